@@ -1,0 +1,123 @@
+"""The narrow op-builder interface the core emits through.
+
+Each adapter implements it once for its graph (torch.fx, ONNX) and `numpy_builder`
+implements it by evaluating, which makes the same emission code our reference.
+Values are opaque handles (fx nodes, ONNX value names, numpy arrays); the core never
+inspects them, only passes them back to the builder.
+
+Shapes: the core uses axis-based ops (slice, concat, squeeze, unsqueeze) so the batch
+dimension may stay dynamic; time is static in unrolled emission.
+Dtype: float constants are given as numpy float32/float64 arrays; the builder casts
+them to its graph's float dtype.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from .spec import Activation
+
+Value = Any
+
+# Optional capabilities; the core checks them and raises a SpecError naming the layer
+# and the attribute that needs the missing one.
+SELECT = "select"  # less() and where(): masking for runtime sequence lengths
+SCAN = "scan"  # scan(): loop emission
+
+
+class Builder(abc.ABC):
+    capabilities: frozenset = frozenset()
+
+    # --- constants and linear algebra -------------------------------------------------
+    @abc.abstractmethod
+    def constant(self, array: np.ndarray, name: str = "") -> Value:
+        """A constant tensor; float arrays are cast to the graph's float dtype."""
+
+    @abc.abstractmethod
+    def linear(self, x: Value, weight: np.ndarray, bias: Optional[np.ndarray] = None) -> Value:
+        """x @ weight.T (+ bias) over the last axis; weight is a constant [out, in]."""
+
+    @abc.abstractmethod
+    def matmul(self, a: Value, b: Value) -> Value:
+        """a @ b for two values (batched over leading axes, numpy semantics)."""
+
+    # --- elementwise (numpy broadcasting) ---------------------------------------------
+    @abc.abstractmethod
+    def add(self, a: Value, b: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def sub(self, a: Value, b: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def mul(self, a: Value, b: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def div(self, a: Value, b: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def sigmoid(self, x: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def tanh(self, x: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def relu(self, x: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def exp(self, x: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def log(self, x: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def abs(self, x: Value) -> Value: ...
+
+    @abc.abstractmethod
+    def clamp(self, x: Value, lo: Optional[float], hi: Optional[float]) -> Value: ...
+
+    def activation(self, act: Activation, x: Value) -> Optional[Value]:
+        """A native op for `act`, or None to let the core compose it from primitives."""
+        return None
+
+    # --- shape ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def slice(self, x: Value, axis: int, start: int, end: int) -> Value: ...
+
+    @abc.abstractmethod
+    def concat(self, xs: Sequence[Value], axis: int) -> Value: ...
+
+    @abc.abstractmethod
+    def squeeze(self, x: Value, axis: int) -> Value: ...
+
+    @abc.abstractmethod
+    def unsqueeze(self, x: Value, axis: int) -> Value: ...
+
+    @abc.abstractmethod
+    def transpose(self, x: Value, perm: Sequence[int]) -> Value: ...
+
+    # --- optional: selection (capability SELECT) -------------------------------------------
+    def less(self, a: Value, b: Value) -> Value:
+        """Elementwise a < b as a boolean tensor."""
+        raise NotImplementedError(SELECT)
+
+    def where(self, cond: Value, a: Value, b: Value) -> Value:
+        raise NotImplementedError(SELECT)
+
+    # --- optional: loops (capability SCAN) ---------------------------------------------------
+    def scan(
+        self,
+        body: Callable[["Builder", list, list], tuple[list, list]],
+        carried: Sequence[Value],
+        xs: Sequence[Value],
+        reverse: bool = False,
+    ) -> tuple[list, list]:
+        """Loop over axis 0 of every value in `xs` (lax.scan / ONNX Scan semantics).
+
+        body(builder, carried, x_slices) -> (new_carried, y_slices), where `builder`
+        emits into the loop body. Returns (final_carried, ys stacked on axis 0, in
+        time order even when reverse=True).
+        """
+        raise NotImplementedError(SCAN)
