@@ -1,0 +1,428 @@
+"""The core's Builder, writing ONNX NodeProtos.
+
+Values are tensor names. The builder tracks each value's element type and shape (dims
+may be None) so it can pick rank-specific ops (Gemm needs rank 2), type scan bodies, and
+answer `static_dim`. Constants become initializers of the top-level graph, cast to the
+graph's float dtype and shared by value, so scan bodies reference them from outer scope.
+Op forms follow the model's opset (Slice/Squeeze/Unsqueeze/Clip changed signatures).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from recurrent_lowering.passes.builder import SCAN, SELECT, Builder, Value
+from recurrent_lowering.passes.spec import Activation
+
+FLOAT_TYPES = {
+    np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+}
+
+# Native ONNX ops for the core's activations, with the opset that introduced each.
+_NATIVE_ACTIVATIONS = {
+    "Relu": 6,
+    "Tanh": 6,
+    "Sigmoid": 6,
+    "LeakyRelu": 6,
+    "ThresholdedRelu": 10,
+    "HardSigmoid": 6,
+    "Elu": 6,
+    "Softsign": 1,
+    "Softplus": 1,
+}
+
+
+class Names:
+    """Unique names across the whole model (nested graphs share one namespace)."""
+
+    def __init__(self, taken: set):
+        self.taken = taken
+        self.counters: dict = {}
+
+    def new(self, base: str) -> str:
+        n = self.counters.get(base, 0)
+        while True:
+            name = f"{base}_{n}" if n else base
+            n += 1
+            if name not in self.taken:
+                self.counters[base] = n
+                self.taken.add(name)
+                return name
+
+
+class ConstantPool:
+    """Initializers emitted for one rewrite, deduplicated by dtype, shape and bytes."""
+
+    def __init__(self, names: Names, prefix: str):
+        self.names = names
+        self.prefix = prefix
+        self.initializers: list = []
+        self._by_value: dict = {}
+
+    def get(self, array: np.ndarray, hint: str = "const") -> str:
+        array = np.ascontiguousarray(array)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        name = self._by_value.get(key)
+        if name is None:
+            name = self.names.new(f"{self.prefix}/{hint or 'const'}")
+            self.initializers.append(numpy_helper.from_array(array, name))
+            self._by_value[key] = name
+        return name
+
+
+def _broadcast(shapes):
+    if any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        known = [d for d in dims if d is not None and d != 1]
+        if known:
+            out.append(known[0])
+        elif any(d is None for d in dims):
+            out.append(None)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+class OnnxBuilder(Builder):
+    """Emits into `self.nodes`; the rewrite splices them where the original node was.
+
+    linear_mode: "gemm" uses Gemm for rank-2 inputs (one node for x @ W.T + b);
+    "matmul" always uses MatMul (+ Add).
+    """
+
+    capabilities = frozenset({SELECT, SCAN})
+
+    def __init__(
+        self,
+        prefix: str,
+        float_dtype,
+        opset: int,
+        names: Names,
+        pool: Optional[ConstantPool] = None,
+        linear_mode: str = "gemm",
+    ):
+        self.prefix = prefix
+        self.float_dtype = np.dtype(float_dtype)
+        if self.float_dtype not in FLOAT_TYPES:
+            raise ValueError(f"unsupported float dtype {self.float_dtype}")
+        self.float_type = FLOAT_TYPES[self.float_dtype]
+        self.opset = opset
+        self.names = names
+        self.pool = pool or ConstantPool(names, prefix)
+        self.linear_mode = linear_mode
+        self.nodes: list = []
+        self.types: dict = {}  # value name -> (elem_type, shape tuple or None)
+
+    # --- bookkeeping ------------------------------------------------------------------------
+    def declare(self, name: str, elem_type: int, shape) -> str:
+        """Register an existing value (graph input, outer value) with its type and shape."""
+        self.types[name] = (elem_type, None if shape is None else tuple(shape))
+        return name
+
+    def shape(self, value: Value):
+        return self.types.get(value, (None, None))[1]
+
+    def elem_type(self, value: Value):
+        return self.types.get(value, (None, None))[0]
+
+    def static_dim(self, value: Value, axis: int) -> Optional[int]:
+        """The size of `axis` if known when emitting, else None."""
+        shape = self.shape(value)
+        if shape is None:
+            return None
+        return shape[axis]
+
+    def _node(self, op: str, inputs, elem_type, shape, n_outputs=1, **attrs):
+        outputs = [self.names.new(f"{self.prefix}/{op}") for _ in range(n_outputs)]
+        node = helper.make_node(
+            op, list(inputs), outputs, name=self.names.new(f"{self.prefix}/{op}_node"), **attrs
+        )
+        self.nodes.append(node)
+        for out in outputs:
+            self.types[out] = (elem_type, None if shape is None else tuple(shape))
+        return outputs[0] if n_outputs == 1 else outputs
+
+    def _float_or_int(self, array: np.ndarray) -> np.ndarray:
+        array = np.asarray(array)
+        if array.dtype.kind == "f":
+            return array.astype(self.float_dtype)
+        return array
+
+    def _ints(self, values) -> str:
+        return self.constant(np.asarray(values, dtype=np.int64), "axes")
+
+    def _scalar(self, value: float) -> str:
+        return self.constant(np.asarray(value, dtype=self.float_dtype), "scalar")
+
+    # --- constants and linear algebra -------------------------------------------------------
+    def constant(self, array: np.ndarray, name: str = "") -> Value:
+        array = self._float_or_int(array)
+        out = self.pool.get(array, name)
+        elem = helper.np_dtype_to_tensor_dtype(array.dtype)
+        self.types[out] = (elem, tuple(array.shape))
+        return out
+
+    def linear(self, x: Value, weight: np.ndarray, bias: Optional[np.ndarray] = None) -> Value:
+        weight = np.asarray(weight)
+        shape = self.shape(x)
+        out_shape = None if shape is None else shape[:-1] + (weight.shape[0],)
+        elem = self.elem_type(x) or self.float_type
+        w_t = self.constant(np.ascontiguousarray(weight.T), "weight")
+        gemm_ok = bias is not None or self.opset >= 11  # Gemm's C is optional from opset 11
+        if self.linear_mode == "gemm" and gemm_ok and shape is not None and len(shape) == 2:
+            inputs = [x, w_t] + ([self.constant(bias, "bias")] if bias is not None else [])
+            return self._node("Gemm", inputs, elem, out_shape)
+        y = self._node("MatMul", [x, w_t], elem, out_shape)
+        if bias is not None:
+            y = self._node("Add", [y, self.constant(bias, "bias")], elem, out_shape)
+        return y
+
+    def matmul(self, a: Value, b: Value) -> Value:
+        sa, sb = self.shape(a), self.shape(b)
+        out = None
+        if sa is not None and sb is not None and len(sa) >= 2 and len(sb) >= 2:
+            batch = _broadcast([sa[:-2], sb[:-2]])
+            out = None if batch is None else batch + (sa[-2], sb[-1])
+        return self._node("MatMul", [a, b], self.elem_type(a), out)
+
+    # --- elementwise ------------------------------------------------------------------------
+    def _binary(self, op, a, b):
+        elem = self.elem_type(a) or self.elem_type(b)
+        return self._node(op, [a, b], elem, _broadcast([self.shape(a), self.shape(b)]))
+
+    def _unary(self, op, x, **attrs):
+        return self._node(op, [x], self.elem_type(x), self.shape(x), **attrs)
+
+    def add(self, a, b):
+        return self._binary("Add", a, b)
+
+    def sub(self, a, b):
+        return self._binary("Sub", a, b)
+
+    def mul(self, a, b):
+        return self._binary("Mul", a, b)
+
+    def div(self, a, b):
+        return self._binary("Div", a, b)
+
+    def sigmoid(self, x):
+        return self._unary("Sigmoid", x)
+
+    def tanh(self, x):
+        return self._unary("Tanh", x)
+
+    def relu(self, x):
+        return self._unary("Relu", x)
+
+    def exp(self, x):
+        return self._unary("Exp", x)
+
+    def log(self, x):
+        return self._unary("Log", x)
+
+    def abs(self, x):
+        return self._unary("Abs", x)
+
+    def clamp(self, x, lo, hi):
+        if lo is None and hi is None:
+            return x
+        # Clip-6 takes attributes; onnxruntime has double Clip kernels only from opset 12.
+        if self.opset < 11 or (self.opset < 12 and self.float_dtype != np.float32):
+            if lo is not None:
+                x = self._binary("Max", x, self._scalar(lo))
+            if hi is not None:
+                x = self._binary("Min", x, self._scalar(hi))
+            return x
+        inputs = [
+            x,
+            "" if lo is None else self._scalar(lo),
+            "" if hi is None else self._scalar(hi),
+        ]
+        while inputs[-1] == "":
+            inputs.pop()
+        return self._node("Clip", inputs, self.elem_type(x), self.shape(x))
+
+    def activation(self, act: Activation, x: Value) -> Optional[Value]:
+        since = _NATIVE_ACTIVATIONS.get(act.name)
+        if since is None or self.opset < since:
+            return None
+        if self.float_dtype != np.float32 and act.name not in ("Relu", "Tanh", "Sigmoid"):
+            return None  # onnxruntime's CPU kernels for these exist for float32 only
+        attrs = {}
+        if act.alpha is not None:
+            attrs["alpha"] = float(act.alpha)
+        if act.beta is not None:
+            attrs["beta"] = float(act.beta)
+        return self._unary(act.name, x, **attrs)
+
+    # --- shape ------------------------------------------------------------------------------
+    def slice(self, x, axis, start, end):
+        shape = self.shape(x)
+        out = None
+        if shape is not None:
+            axis = axis % len(shape)
+            dim = shape[axis]
+            size = None  # unknown dim: the slice may be clamped
+            if dim is not None:
+                size = len(range(*slice(start, end).indices(dim)))
+            out = shape[:axis] + (size,) + shape[axis + 1 :]
+        if self.opset < 10:
+            return self._node(
+                "Slice",
+                [x],
+                self.elem_type(x),
+                out,
+                axes=[axis],
+                starts=[start],
+                ends=[end],
+            )
+        inputs = [x, self._ints([start]), self._ints([end]), self._ints([axis])]
+        return self._node("Slice", inputs, self.elem_type(x), out)
+
+    def concat(self, xs, axis):
+        xs = list(xs)
+        if len(xs) == 1:
+            return xs[0]
+        shapes = [self.shape(v) for v in xs]
+        out = None
+        if all(s is not None for s in shapes):
+            rank = len(shapes[0])
+            axis_n = axis % rank
+            dims = [s[axis_n] for s in shapes]
+            total = None if any(d is None for d in dims) else sum(dims)
+            base = _broadcast(shapes)
+            out = None if base is None else base[:axis_n] + (total,) + base[axis_n + 1 :]
+        return self._node("Concat", xs, self.elem_type(xs[0]), out, axis=axis)
+
+    def squeeze(self, x, axis):
+        shape = self.shape(x)
+        out = None
+        if shape is not None:
+            axis = axis % len(shape)
+            out = shape[:axis] + shape[axis + 1 :]
+        if self.opset < 13:
+            return self._node("Squeeze", [x], self.elem_type(x), out, axes=[axis])
+        return self._node("Squeeze", [x, self._ints([axis])], self.elem_type(x), out)
+
+    def unsqueeze(self, x, axis):
+        shape = self.shape(x)
+        out = None
+        if shape is not None:
+            axis = axis % (len(shape) + 1)
+            out = shape[:axis] + (1,) + shape[axis:]
+        if self.opset < 13:
+            return self._node("Unsqueeze", [x], self.elem_type(x), out, axes=[axis])
+        return self._node("Unsqueeze", [x, self._ints([axis])], self.elem_type(x), out)
+
+    def transpose(self, x, perm):
+        shape = self.shape(x)
+        out = None if shape is None else tuple(shape[p] for p in perm)
+        return self._node("Transpose", [x], self.elem_type(x), out, perm=list(perm))
+
+    # --- selection ----------------------------------------------------------------------------
+    def less(self, a, b):
+        return self._node(
+            "Less", [a, b], TensorProto.BOOL, _broadcast([self.shape(a), self.shape(b)])
+        )
+
+    def where(self, cond, a, b):
+        if self.opset < 9:
+            raise NotImplementedError("Where needs opset 9")
+        shape = _broadcast([self.shape(cond), self.shape(a), self.shape(b)])
+        return self._node("Where", [cond, a, b], self.elem_type(a) or self.elem_type(b), shape)
+
+    # --- loops ----------------------------------------------------------------------------------
+    def scan(
+        self,
+        body: Callable[["Builder", list, list], tuple[list, list]],
+        carried: Sequence[Value],
+        xs: Sequence[Value],
+        reverse: bool = False,
+    ) -> tuple[list, list]:
+        if self.opset < 9:
+            raise NotImplementedError("Scan with scan_input_directions needs opset 9")
+        carried, xs = list(carried), list(xs)
+        inner = OnnxBuilder(
+            self.names.new(f"{self.prefix}/scan_body"),
+            self.float_dtype,
+            self.opset,
+            self.names,
+            self.pool,
+            self.linear_mode,
+        )
+        inner.types = dict(self.types)  # outer values stay visible (outer scope)
+        graph_inputs = []
+        carried_in = []
+        for v in carried:
+            name = self.names.new(f"{inner.prefix}/state_in")
+            inner.declare(name, self.elem_type(v), self.shape(v))
+            carried_in.append(name)
+            graph_inputs.append(_value_info(name, self.elem_type(v), self.shape(v)))
+        slices_in = []
+        for v in xs:
+            shape = self.shape(v)
+            name = self.names.new(f"{inner.prefix}/x_in")
+            inner.declare(name, self.elem_type(v), None if shape is None else shape[1:])
+            slices_in.append(name)
+            graph_inputs.append(_value_info(name, self.elem_type(v), inner.shape(name)))
+        new_carried, ys = body(inner, carried_in, slices_in)
+        new_carried, ys = list(new_carried), list(ys)
+        if len(new_carried) != len(carried):
+            raise ValueError("scan body must return as many carried values as it received")
+        produced = {o for n in inner.nodes for o in n.output}
+        graph_outputs, seen = [], set()
+        for v in new_carried + ys:
+            if v not in produced or v in seen:
+                v = inner._node("Identity", [v], inner.elem_type(v), inner.shape(v))
+            seen.add(v)
+            graph_outputs.append(_value_info(v, inner.elem_type(v), inner.shape(v)))
+        graph = helper.make_graph(
+            inner.nodes, self.names.new(f"{inner.prefix}/graph"), graph_inputs, graph_outputs
+        )
+        steps = None
+        if xs and self.shape(xs[0]) is not None:
+            steps = self.shape(xs[0])[0]
+        attrs = {"body": graph, "num_scan_inputs": len(xs)}
+        if reverse:
+            attrs["scan_input_directions"] = [1] * len(xs)
+            attrs["scan_output_directions"] = [1] * len(ys)
+        n_out = len(new_carried) + len(ys)
+        outputs = [self.names.new(f"{self.prefix}/Scan") for _ in range(n_out)]
+        self.nodes.append(
+            helper.make_node(
+                "Scan",
+                carried + xs,
+                outputs,
+                name=self.names.new(f"{self.prefix}/Scan_node"),
+                **attrs,
+            )
+        )
+        for v, out in zip(new_carried, outputs):
+            self.types[out] = (inner.elem_type(v), inner.shape(v))
+        for v, out in zip(ys, outputs[len(new_carried) :]):
+            s = inner.shape(v)
+            self.types[out] = (inner.elem_type(v), None if s is None else (steps,) + s)
+        return outputs[: len(new_carried)], outputs[len(new_carried) :]
+
+
+def _value_info(name, elem_type, shape):
+    if elem_type is None:
+        raise ValueError(f"element type of {name!r} is unknown")
+    return helper.make_tensor_value_info(name, elem_type, None if shape is None else list(shape))
+
+
+def graph_float_dtype(elem_type: int) -> np.dtype:
+    for dtype, t in FLOAT_TYPES.items():
+        if t == elem_type:
+            return dtype
+    raise ValueError(f"unsupported element type {onnx.TensorProto.DataType.Name(elem_type)}")
