@@ -1,0 +1,52 @@
+"""Bad input to //tools:lower: a one-line reason, a non-zero exit, and no output file left."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from recurrent_lowering.tests.tools.cli import run_lower
+
+
+def _error_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.startswith("lower: error:")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    return tmp_path
+
+
+def test_text_file_named_onnx(workdir):
+    (workdir / "model.onnx").write_text("this is not a protobuf\n")
+    result = run_lower(["model.onnx", "--target", "onnx", "--output", "out.onnx"], str(workdir))
+    assert result.returncode != 0
+    assert "model.onnx: not a valid ONNX model" in _error_line(result)
+    assert sorted(os.listdir(workdir)) == ["model.onnx"]
+
+
+def test_truncated_pt2(workdir):
+    (workdir / "model.pt2").write_bytes(b"PK\x03\x04truncated")
+    result = run_lower(["model.pt2", "--target", "aten", "--report", "r.json"], str(workdir))
+    assert result.returncode != 0
+    assert "model.pt2: not a valid torch.export .pt2 file" in _error_line(result)
+    assert sorted(os.listdir(workdir)) == ["model.pt2"]
+
+
+def test_unknown_target(workdir):
+    result = run_lower(["tiny_gru", "--target", "ethos-u99-7"], str(workdir))
+    assert result.returncode != 0
+    line = _error_line(result)
+    assert "unknown target 'ethos-u99-7'" in line and "ethos-u55-128" in line
+    assert os.listdir(workdir) == []
+
+
+def test_missing_file_and_unknown_name(workdir):
+    result = run_lower(["absent.onnx", "--target", "onnx"], str(workdir))
+    assert result.returncode != 0 and "absent.onnx: no such file" in _error_line(result)
+    result = run_lower(["no_such_example", "--target", "aten"], str(workdir))
+    assert result.returncode != 0 and "bundled example" in _error_line(result)
+    assert os.listdir(workdir) == []

@@ -1,0 +1,79 @@
+"""lower: take a model with recurrent layers to elementary ops, an NPU artifact and a report.
+
+  bazel run //tools:lower -- MODEL [--target ethos-u55-128] [--output PATH] [--report R.json]
+
+MODEL is a .pt2 (torch.export.save), an .onnx file, or a bundled example name.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from absl import app, flags
+
+from recurrent_lowering.tools.lowering import model_source, report, targets
+from recurrent_lowering.tools.lowering.errors import LoweringError
+from recurrent_lowering.tools.lowering.staging import staged_outputs
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string(
+    "target", "ethos-u55-128", f"what to produce; one of: {', '.join(targets.TARGETS)}"
+)
+flags.DEFINE_string("output", None, "output file (default: MODEL name + extension, here)")
+flags.DEFINE_string("report", None, "write the JSON report here (a PNG plot goes beside it)")
+flags.DEFINE_string("calibration", None, ".npz of input samples for quantization and numerics")
+flags.DEFINE_bool("keep_recurrent_on_cpu", False, "leave recurrent layers on the CPU")
+flags.DEFINE_enum("emission", "auto", ["auto", "unrolled", "loop"], "recurrent emission form")
+flags.DEFINE_enum("quantization", "int8", ["int8", "int16"], "activation precision on INT targets")
+flags.DEFINE_enum(
+    "onnx_activation_defaults",
+    "onnxruntime",
+    ["onnxruntime", "spec"],
+    "defaults for omitted ONNX activation alpha/beta: onnxruntime's or the ONNX spec's",
+)
+
+
+def run(argv: list[str]) -> dict:
+    if len(argv) != 2:
+        raise LoweringError("expected exactly one MODEL argument (a .pt2, an .onnx or an example)")
+    handler = targets.handler(FLAGS.target)
+    options = targets.Options(
+        strategy=FLAGS.emission,
+        quantization=FLAGS.quantization,
+        calibration=model_source.resolve_path(FLAGS.calibration) if FLAGS.calibration else None,
+        keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,
+        activation_defaults=FLAGS.onnx_activation_defaults,
+    )
+    source = model_source.load(argv[1])
+    output = model_source.resolve_path(
+        FLAGS.output or source.name + targets.extension(FLAGS.target)
+    )
+    result = report.empty(FLAGS.target, argv[1])
+    result["output"] = str(output)
+    progress = report.Progress(result)
+    with staged_outputs(output) as staging:
+        handler(source, options, staging, output, result, progress)
+        progress.finish()
+        if FLAGS.report:
+            report_path = model_source.resolve_path(FLAGS.report)
+            staging.path_for(report_path).write_text(report.to_json(result))
+    return result
+
+
+def main(argv: list[str]) -> int:
+    try:
+        result = run(argv)
+    except LoweringError as e:
+        print(f"lower: error: {e}", file=sys.stderr)
+        return 1
+    print(report.summary(result))
+    return 0
+
+
+def entry() -> None:
+    app.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,104 @@
+"""The lowering report: stable JSON keys (documented in the README) and a readable summary.
+
+Keys are nested objects; the README names them with dots (`vela.cycles` is
+report["vela"]["cycles"]). A key whose figure does not apply to the target is null.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+
+def empty(target: str, model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "target": target,
+        "output": None,
+        "artifacts": {},
+        "ops": {"delegated": None, "cpu": None, "cpu_reasons": {}, "recurrent_layers": []},
+        "vela": {
+            "cycles": None,
+            "inference_time_s": None,
+            "sram_bytes": None,
+            "flash_bytes": None,
+            "system_config": None,
+            "memory_mode": None,
+        },
+        "numerics": {"reference": None, "max_abs_err": None, "sqnr_db": None, "plot": None},
+        "time": {"total_s": None, "stages": {}},
+        "warnings": [],
+    }
+
+
+class Progress:
+    """Times stages into the report and prints progress when stderr is a terminal."""
+
+    def __init__(self, report: dict[str, Any], stream=sys.stderr):
+        self.report = report
+        self.stream = stream
+        self.interactive = stream.isatty()
+        self._start = time.perf_counter()
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        if self.interactive:
+            self.stream.write(f"  {name} ...")
+            self.stream.flush()
+        t0 = time.perf_counter()
+        yield
+        seconds = time.perf_counter() - t0
+        self.report["time"]["stages"][name] = round(seconds, 3)
+        if self.interactive:
+            self.stream.write(f" {seconds:.1f} s\n")
+
+    def finish(self) -> None:
+        self.report["time"]["total_s"] = round(time.perf_counter() - self._start, 3)
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}{unit}"
+    if isinstance(value, int):
+        return f"{value:,}{unit}"
+    return f"{value}{unit}"
+
+
+def summary(report: dict[str, Any]) -> str:
+    """A Markdown summary that reads well in a terminal too."""
+    vela, ops, num = report["vela"], report["ops"], report["numerics"]
+    lines = [
+        f"## {report['model']} -> {report['target']}",
+        "",
+        f"output: {report['output']}",
+        "",
+        "| what | value |",
+        "|---|---|",
+        f"| ops delegated / on CPU | {_fmt(ops['delegated'])} / {_fmt(ops['cpu'])} |",
+    ]
+    if vela["cycles"] is not None:
+        ms = vela["inference_time_s"] * 1e3 if vela["inference_time_s"] is not None else None
+        lines += [
+            f"| NPU cycles (Vela estimate) | {_fmt(vela['cycles'])} |",
+            f"| inference time (Vela estimate) | {_fmt(ms, ' ms')} |",
+            f"| SRAM / flash | {_fmt(vela['sram_bytes'], ' B')} / {_fmt(vela['flash_bytes'], ' B')} |",
+        ]
+    if num["max_abs_err"] is not None:
+        lines += [
+            f"| max abs error vs fp32 ({num['reference']}) | {_fmt(num['max_abs_err'])} |",
+            f"| SQNR vs fp32 | {_fmt(num['sqnr_db'], ' dB')} |",
+        ]
+    lines.append(f"| total time | {_fmt(report['time']['total_s'], ' s')} |")
+    for reason, count in sorted(ops["cpu_reasons"].items()):
+        lines.append(f"- on CPU ({count}): {reason}")
+    lines += [f"- warning: {w}" for w in report["warnings"]]
+    return "\n".join(lines) + "\n"

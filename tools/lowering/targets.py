@@ -1,0 +1,107 @@
+"""What each --target does. Handlers take a loaded model and write through a Staging."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Callable
+
+from .errors import LoweringError
+from .model_source import ModelSource
+from .report import Progress
+from .staging import Staging
+
+TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
+ETHOS_U_TARGETS = (
+    "ethos-u55-32",
+    "ethos-u55-64",
+    "ethos-u55-128",
+    "ethos-u55-256",
+    "ethos-u65-256",
+    "ethos-u65-512",
+    "ethos-u85-128",
+    "ethos-u85-256",
+    "ethos-u85-512",
+    "ethos-u85-1024",
+    "ethos-u85-2048",
+)
+TARGETS = ("aten", "onnx", *TOSA_TARGETS, *ETHOS_U_TARGETS)
+
+
+@dataclasses.dataclass
+class Options:
+    strategy: str = "auto"  # auto | unrolled | loop
+    quantization: str = "int8"  # int8 | int16 (activations)
+    calibration: pathlib.Path | None = None
+    keep_recurrent_on_cpu: bool = False
+    activation_defaults: str = "onnxruntime"  # onnxruntime | spec (ONNX inputs)
+
+
+def extension(target: str) -> str:
+    return {"aten": ".pt2", "onnx": ".onnx"}.get(target, ".pte")
+
+
+Handler = Callable[[ModelSource, Options, Staging, pathlib.Path, dict, Progress], None]
+
+
+def _lower_aten(source, options, staging, output, report, progress) -> None:
+    import torch
+
+    from recurrent_lowering.backends.executorch_arm import decompose
+    from recurrent_lowering.tools.lowering import numerics
+
+    if source.kind != "torch":
+        raise LoweringError(f"{source.path}: --target aten takes a .pt2 or a bundled example")
+    strategy = "unrolled" if options.strategy == "auto" else options.strategy
+    with progress.stage("decompose recurrent layers"):
+        lowered = decompose.decompose_recurrent(source.program, strategy=strategy)
+    with progress.stage("save .pt2"):
+        torch.export.save(lowered, str(staging.path_for(output)))
+    if source.example_inputs is not None:
+        with progress.stage("numerics vs input model"):
+            expected = source.program.module()(*source.example_inputs)
+            actual = lowered.module()(*source.example_inputs)
+            report["numerics"].update(numerics.compare(expected, actual), reference="input model")
+    report["ops"]["cpu"] = numerics.count_call_functions(lowered.graph_module.graph)
+    report["ops"]["delegated"] = 0
+
+
+def _lower_onnx(source, options, staging, output, report, progress) -> None:
+    import onnx
+
+    from recurrent_lowering.backends.onnx import rewrite
+    from recurrent_lowering.tools.lowering import numerics
+
+    if source.kind != "onnx":
+        raise LoweringError(f"{source.name}: --target onnx takes an .onnx file")
+    strategy = "auto" if options.strategy == "auto" else options.strategy
+    with progress.stage("rewrite recurrent nodes"):
+        rewritten = rewrite.rewrite_model(
+            source.program, strategy=strategy, activation_defaults=options.activation_defaults
+        )
+    with progress.stage("save .onnx"):
+        onnx.save(rewritten, str(staging.path_for(output)))
+    with progress.stage("numerics vs input model (onnxruntime)"):
+        report["numerics"].update(numerics.compare_onnx(source.program, rewritten))
+    report["ops"]["cpu"] = sum(1 for _ in rewritten.graph.node)
+    report["ops"]["delegated"] = 0
+
+
+def _lower_npu(source, options, staging, output, report, progress) -> None:
+    from recurrent_lowering.tools.lowering import npu
+
+    npu.lower(source, options, staging, output, report, progress)
+
+
+def handler(target: str) -> Handler:
+    if target not in TARGETS:
+        raise LoweringError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
+    if target == "aten":
+        return _lower_aten
+    if target == "onnx":
+        return _lower_onnx
+    return _lower_npu
+
+
+def describe() -> dict[str, Any]:
+    return {"targets": list(TARGETS)}
