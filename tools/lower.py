@@ -7,7 +7,6 @@ MODEL is a .pt2 (torch.export.save), an .onnx file, or a bundled example name.
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
 from absl import app, flags
@@ -22,6 +21,8 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("output", None, "output file (default: MODEL name + extension, here)")
 flags.DEFINE_string("report", None, "write the JSON report here (a PNG plot goes beside it)")
+flags.DEFINE_string("tosa_output", None, "TOSA/Ethos-U targets: also write the .tosa here")
+flags.DEFINE_string("vela_summary", None, "Ethos-U targets: also write Vela's summary CSV here")
 flags.DEFINE_string("calibration", None, ".npz of input samples for quantization and numerics")
 flags.DEFINE_bool("keep_recurrent_on_cpu", False, "leave recurrent layers on the CPU")
 flags.DEFINE_enum("emission", "auto", ["auto", "unrolled", "loop"], "recurrent emission form")
@@ -34,6 +35,10 @@ flags.DEFINE_enum(
 )
 
 
+def _path_or_none(arg: str | None):
+    return model_source.resolve_path(arg) if arg else None
+
+
 def run(argv: list[str]) -> dict:
     if len(argv) != 2:
         raise LoweringError("expected exactly one MODEL argument (a .pt2, an .onnx or an example)")
@@ -41,9 +46,11 @@ def run(argv: list[str]) -> dict:
     options = targets.Options(
         strategy=FLAGS.emission,
         quantization=FLAGS.quantization,
-        calibration=model_source.resolve_path(FLAGS.calibration) if FLAGS.calibration else None,
+        calibration=_path_or_none(FLAGS.calibration),
         keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,
         activation_defaults=FLAGS.onnx_activation_defaults,
+        tosa_output=_path_or_none(FLAGS.tosa_output),
+        vela_summary=_path_or_none(FLAGS.vela_summary),
     )
     source = model_source.load(argv[1])
     output = model_source.resolve_path(

@@ -90,7 +90,8 @@ def summary(report: dict[str, Any]) -> str:
         lines += [
             f"| NPU cycles (Vela estimate) | {_fmt(vela['cycles'])} |",
             f"| inference time (Vela estimate) | {_fmt(ms, ' ms')} |",
-            f"| SRAM / flash | {_fmt(vela['sram_bytes'], ' B')} / {_fmt(vela['flash_bytes'], ' B')} |",
+            f"| SRAM | {_fmt(vela['sram_bytes'], ' B')} |",
+            f"| flash | {_fmt(vela['flash_bytes'], ' B')} |",
         ]
     if num["max_abs_err"] is not None:
         lines += [

@@ -35,6 +35,8 @@ class Options:
     calibration: pathlib.Path | None = None
     keep_recurrent_on_cpu: bool = False
     activation_defaults: str = "onnxruntime"  # onnxruntime | spec (ONNX inputs)
+    tosa_output: pathlib.Path | None = None  # extra copy of the .tosa given to Vela
+    vela_summary: pathlib.Path | None = None  # extra copy of Vela's summary CSV
 
 
 def extension(target: str) -> str:
