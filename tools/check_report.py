@@ -34,7 +34,7 @@ def violations(report: dict) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: check_report REPORT.json [--min_sqnr_db=..] [--max_cycles=..]", file=sys.stderr)
+        print("usage: check_report REPORT.json [--min_sqnr_db=X] ...", file=sys.stderr)
         return 2
     with open(argv[1]) as f:
         report = json.load(f)
