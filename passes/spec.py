@@ -125,6 +125,9 @@ class RecurrentSpec:
     linear_before_reset: bool = True  # GRU only; PyTorch's GRU is linear_before_reset=1
     input_forget: bool = False  # LSTM only
     proj_size: int = 0  # LSTM only (PyTorch proj_size)
+    # Static number of timesteps (T), when known. Unrolled emission needs it; loop emission
+    # needs it only for sequence_lens masks. (Added by the core: the builder has no shape query.)
+    seq_len: Optional[int] = None
     has_initial_h: bool = False
     has_initial_c: bool = False
     has_sequence_lens: bool = False

@@ -1,0 +1,185 @@
+"""The three cells, one timestep each, as their equations (ONNX semantics, PyTorch's projection).
+
+A cell receives `x`, this step's slice of the hoisted input projection (x W^T with every
+bias that can be folded already in it), and the previous state as `Expr`s (ZERO when known
+to be zero), and returns the new state; its first element is the step's output.
+`prepare` arranges one (layer, direction)'s `LayerWeights` for its cell: internal gate
+order, folded biases. Everything framework-specific happened before (gate_order.py); the
+time loop, directions and layers come after (sequence.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import numpy as np
+
+from .emitter import Emitter, Expr
+from .spec import Activation, CellKind, LayerWeights, RecurrentSpec
+
+
+@dataclasses.dataclass
+class CellParams:
+    """One (layer, direction), arranged for emission. Gate blocks are in internal order."""
+
+    kind: CellKind
+    hidden_size: int
+    activations: tuple[Activation, ...]
+    clip: Optional[float]
+    linear_before_reset: bool
+    input_forget: bool
+    w_in: np.ndarray  # [G*H, I] hoisted input projection
+    b_in: Optional[np.ndarray]  # [G*H] every bias that folds into it
+    r: np.ndarray  # [G*H, O] recurrent weights (GRU lbr=0: only r, z rows)
+    r_n: Optional[np.ndarray] = None  # GRU lbr=0: n rows of R, applied to r * h
+    b_rec: Optional[np.ndarray] = None  # recurrent bias that cannot fold (GRU lbr=1: Rb_n)
+    p_if: Optional[np.ndarray] = None  # LSTM peepholes of i, f (just i with input_forget)
+    p_o: Optional[np.ndarray] = None
+    proj: Optional[np.ndarray] = None  # LSTM projection [P, H]
+
+    def clip_(self, e: Emitter, v: Expr) -> Expr:
+        """ONNX clip: bound a gate's pre-activation to [-clip, clip]."""
+        return v if self.clip is None else e.clamp(v, -self.clip, self.clip)
+
+    @property
+    def state_size(self) -> int:
+        return 2 if self.kind is CellKind.LSTM else 1
+
+
+def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
+    """GRU, gates (r, z, n); x holds x W^T + Wb + every Rb that folds.
+
+        r = f(x_r + h R_r^T)                z = f(x_z + h R_z^T)
+        n = g(x_n + r * (h R_n^T + Rb_n))   linear_before_reset
+        n = g(x_n + (r * h) R_n^T)          otherwise (Rb_n folded into x_n)
+        h' = (1 - z) * n + z * h  =  n + z * (h - n)
+    """
+    (h,) = state
+    H, (f, g) = p.hidden_size, p.activations
+    if p.linear_before_reset:
+        hr = e.linear(h, p.r, p.b_rec)  # one recurrent matmul for all three gates
+        rz = e.act(f, p.clip_(e, (x + hr)[..., : 2 * H]))  # r, z share f: one activation
+        r, z = rz[..., :H], rz[..., H : 2 * H]
+        n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + r * hr[..., 2 * H : 3 * H]))
+    else:
+        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + e.linear(h, p.r)))
+        r, z = rz[..., :H], rz[..., H : 2 * H]
+        n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + e.linear(r * h, p.r_n)))
+    return (n + z * (h - n),)
+
+
+def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
+    """LSTM, internal gates (i, f, o, g), or (i, o, g) with input_forget; x holds x W^T + Wb + Rb.
+
+        i = f(x_i + h R_i^T + p_i * c)      f = f(x_f + h R_f^T + p_f * c)   (input_forget: f = 1 - i)
+        g = g(x_g + h R_g^T)
+        c' = f * c + i * g                  (input_forget: c + i * (g - c))
+        o = f(x_o + h R_o^T + p_o * c')
+        h' = o * h(c')                      (projection: h' = (o * h(c')) P^T)
+    """
+    h, c = state
+    H, (f_, g_, h_) = p.hidden_size, p.activations
+    k = 1 if p.input_forget else 2  # gates before o: (i) or (i, f)
+    pre = x + e.linear(h, p.r)  # one recurrent matmul for all gates
+    if p.p_o is None:  # no peepholes: i, f, o share one activation
+        gates = e.act(f_, p.clip_(e, pre[..., : (k + 1) * H]))
+    else:  # i, f see c, o sees c': two activations
+        gates = e.act(f_, p.clip_(e, pre[..., : k * H] + p.p_if * e.concat([c] * k, -1)))
+    i = gates[..., :H]
+    g = e.act(g_, p.clip_(e, pre[..., (k + 1) * H : (k + 2) * H]))
+    if p.input_forget:
+        c_new = c + i * (g - c)
+    else:
+        c_new = gates[..., H : 2 * H] * c + i * g
+    if p.p_o is None:
+        o = gates[..., k * H : (k + 1) * H]
+    else:
+        o = e.act(f_, p.clip_(e, pre[..., k * H : (k + 1) * H] + p.p_o * c_new))
+    h_new = o * e.act(h_, c_new)
+    if p.proj is not None:
+        h_new = e.linear(h_new, p.proj)
+    return h_new, c_new
+
+
+def rnn(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
+    """Elman RNN; x holds x W^T + Wb + Rb.
+
+        h' = f(x + h R^T)
+    """
+    (h,) = state
+    (f,) = p.activations
+    return (e.act(f, p.clip_(e, x + e.linear(h, p.r))),)
+
+
+STEP: dict[CellKind, Callable[[Emitter, Expr, tuple, CellParams], tuple]] = {
+    CellKind.GRU: gru,
+    CellKind.LSTM: lstm,
+    CellKind.RNN: rnn,
+}
+
+
+# --- weights, arranged for the cells ---------------------------------------------------------
+
+
+def _nonzero(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    return None if a is None or not np.any(a) else a
+
+
+def _sum(a: Optional[np.ndarray], b: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    if a is None or b is None:
+        return a if b is None else b
+    return a + b
+
+
+def _blocks(a: Optional[np.ndarray], gates: int, order) -> Optional[np.ndarray]:
+    """Gate blocks of `a` (axis 0) in `order`, as one contiguous array."""
+    if a is None:
+        return None
+    parts = np.split(a, gates, axis=0)
+    return np.ascontiguousarray(np.concatenate([parts[j] for j in order], axis=0))
+
+
+def prepare(spec: RecurrentSpec, lw: LayerWeights, direction_index: int) -> CellParams:
+    """Arrange one (layer, direction) for its cell: internal gate order, folded biases."""
+    H = spec.hidden_size
+    common = dict(
+        kind=spec.cell,
+        hidden_size=H,
+        activations=spec.activations_for(direction_index),
+        clip=spec.clip,
+        linear_before_reset=spec.linear_before_reset,
+        input_forget=spec.input_forget,
+    )
+    if spec.cell is CellKind.GRU:
+        b_r = lw.b_r
+        if spec.linear_before_reset:  # Rb_r, Rb_z fold into the projection, Rb_n stays inside r * (.)
+            keep = None if b_r is None else np.concatenate([np.zeros(2 * H, b_r.dtype), b_r[2 * H :]])
+            return CellParams(
+                **common,
+                w_in=lw.w,
+                b_in=_nonzero(_sum(lw.b_w, None if b_r is None else b_r - keep)),
+                r=lw.r,
+                b_rec=_nonzero(keep),
+            )
+        return CellParams(  # (r * h) R_n^T + Rb_n: Rb_n folds too
+            **common,
+            w_in=lw.w,
+            b_in=_nonzero(_sum(lw.b_w, b_r)),
+            r=np.ascontiguousarray(lw.r[: 2 * H]),
+            r_n=np.ascontiguousarray(lw.r[2 * H :]),
+        )
+    if spec.cell is CellKind.LSTM:
+        # canonical (i, f, g, o) -> internal (i, f, o, g); input_forget drops f entirely
+        order = (0, 3, 2) if spec.input_forget else (0, 1, 3, 2)
+        peep = _nonzero(lw.peephole)  # rows (i, f, o)
+        return CellParams(
+            **common,
+            w_in=_blocks(lw.w, 4, order),
+            b_in=_nonzero(_blocks(_sum(lw.b_w, lw.b_r), 4, order)),
+            r=_blocks(lw.r, 4, order),
+            p_if=None if peep is None else np.concatenate(peep[:1] if spec.input_forget else peep[:2]),
+            p_o=None if peep is None else np.array(peep[2]),
+            proj=lw.proj,
+        )
+    return CellParams(**common, w_in=lw.w, b_in=_nonzero(_sum(lw.b_w, lw.b_r)), r=lw.r)

@@ -1,0 +1,111 @@
+"""A Builder that evaluates with numpy: the reference every adapter's tests compare against.
+
+Values are numpy arrays in the builder's float dtype (float32 unless asked otherwise).
+Supports SELECT and SCAN, so every strategy runs here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .builder import SCAN, SELECT, Builder
+
+
+class NumpyBuilder(Builder):
+    capabilities = frozenset({SELECT, SCAN})
+
+    def __init__(self, dtype=np.float32):
+        self.dtype = np.dtype(dtype)
+
+    def _f(self, a):
+        a = np.asarray(a)
+        return a.astype(self.dtype) if a.dtype.kind == "f" else a
+
+    def input(self, array) -> np.ndarray:
+        """A runtime input (x, states) as this builder's value."""
+        return self._f(array)
+
+    def constant(self, array, name=""):
+        return self._f(array)
+
+    def linear(self, x, weight, bias=None):
+        y = x @ self._f(weight).T
+        return y if bias is None else y + self._f(bias)
+
+    def matmul(self, a, b):
+        return a @ b
+
+    def add(self, a, b):
+        return a + b
+
+    def sub(self, a, b):
+        return a - b
+
+    def mul(self, a, b):
+        return a * b
+
+    def div(self, a, b):
+        return a / b
+
+    def sigmoid(self, x):
+        with np.errstate(over="ignore"):
+            return (1 / (1 + np.exp(-x))).astype(self.dtype)
+
+    def tanh(self, x):
+        return np.tanh(x)
+
+    def relu(self, x):
+        return np.maximum(x, 0).astype(self.dtype)
+
+    def exp(self, x):
+        with np.errstate(over="ignore"):
+            return np.exp(x)
+
+    def log(self, x):
+        return np.log(x)
+
+    def abs(self, x):
+        return np.abs(x)
+
+    def clamp(self, x, lo: Optional[float], hi: Optional[float]):
+        return np.clip(x, lo, hi).astype(self.dtype)
+
+    def slice(self, x, axis, start, end):
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, end)
+        return x[tuple(index)]
+
+    def concat(self, xs: Sequence, axis):
+        return np.concatenate(xs, axis=axis)
+
+    def squeeze(self, x, axis):
+        return np.squeeze(x, axis=axis)
+
+    def unsqueeze(self, x, axis):
+        return np.expand_dims(x, axis)
+
+    def transpose(self, x, perm):
+        return np.transpose(x, perm)
+
+    def less(self, a, b):
+        return np.less(a, b)
+
+    def where(self, cond, a, b):
+        return np.where(cond, a, b).astype(self.dtype)
+
+    def scan(self, body, carried, xs, reverse=False):
+        carried = list(carried)
+        steps = range(xs[0].shape[0])
+        ys = []
+        for t in reversed(steps) if reverse else steps:
+            carried, y = body(self, carried, [x[t] for x in xs])
+            carried = list(carried)
+            ys.append(y)
+        if not ys:  # zero iterations: trace the body once on zeros for the outputs' shapes
+            _, y = body(self, list(carried), [np.zeros(x.shape[1:], x.dtype) for x in xs])
+            return carried, [np.zeros((0,) + np.shape(v), self.dtype) for v in y]
+        if reverse:
+            ys.reverse()
+        return carried, [np.stack([y[k] for y in ys]) for k in range(len(ys[0]))]

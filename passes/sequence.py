@@ -1,0 +1,307 @@
+"""Layers, directions, time and layout, written once for all three cells.
+
+For each layer:
+  1. the input projection is hoisted out of the time loop: one `linear` over all timesteps
+     and both directions, every foldable bias folded in;
+  2. each direction runs its cell over time, either unrolled (static T: one set of ops per
+     step) or as a loop (`builder.scan`: the same step as the loop body);
+  3. the directions' outputs are concatenated into the next layer's input.
+Outputs are then laid out per `IOLayout`; only the wanted ones are emitted.
+
+Values inside a layer keep a size-1 time axis (`ta`: 0 time-major, 1 batch-first), so a
+step's slice, its state and its output need no squeeze/unsqueeze; the loop form works
+time-major and carries [B, H] states instead.
+
+sequence_lens follows onnxruntime: steps t >= len[b] output 0 and keep the state, so
+the reverse direction effectively starts at len[b] - 1. Constant lengths become constant
+float masks (no select needed; steps every sequence covers need no mask, steps none
+covers no ops at all); runtime lengths need less/where.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from .builder import Builder, Value
+from .cells import STEP, CellParams, prepare
+from .emitter import Emitter, Expr
+from .spec import LayerWeights, RecurrentSpec
+from .validate import validate
+
+
+@dataclasses.dataclass
+class Outputs:
+    """Y, Y_h, Y_c in the spec's IOLayout; None for outputs the spec does not want."""
+
+    y: Optional[Value] = None
+    h: Optional[Value] = None
+    c: Optional[Value] = None
+
+
+def emit(
+    builder: Builder,
+    spec: RecurrentSpec,
+    weights: Sequence[Sequence[LayerWeights]],
+    x: Value,
+    initial_h: Optional[Value] = None,
+    initial_c: Optional[Value] = None,
+    sequence_lens: Union[None, np.ndarray, Value] = None,
+    strategy: str = "unrolled",
+) -> Outputs:
+    """Emit a recurrent layer stack through `builder`.
+
+    weights[layer][direction] are canonical LayerWeights; x, initial_h, initial_c are builder
+    values in the spec's IOLayout; sequence_lens is None, a numpy int array (constant) or a
+    builder value. strategy: "unrolled" (needs spec.seq_len) or "scan" (needs SCAN).
+    """
+    validate(builder, spec, weights, initial_h, initial_c, sequence_lens, strategy)
+    return _Stack(builder, spec, weights, sequence_lens, loop=strategy == "scan").run(x, initial_h, initial_c)
+
+
+def emit_step(
+    builder: Builder,
+    spec: RecurrentSpec,
+    weights: Sequence[Sequence[LayerWeights]],
+    x_t: Value,
+    h: Optional[Value] = None,
+    c: Optional[Value] = None,
+) -> Outputs:
+    """One timestep with explicit state in and out (streaming): x_t is X with T = 1 in the
+    spec's layout, h and c the states in the spec's state layout (None: zero). Returns
+    this step's Y and the new states; feed them back as h and c for the next step."""
+    spec = dataclasses.replace(spec, seq_len=1, has_initial_h=h is not None, has_initial_c=c is not None)
+    return emit(builder, spec, weights, x_t, h, c, None, "unrolled")
+
+
+SKIP = "skip"  # a step no sequence covers
+
+
+@dataclasses.dataclass
+class _Mask:
+    value: Union[np.ndarray, Value]  # float 0/1 constant, or a boolean builder value
+    select: bool  # blend with where() rather than arithmetic
+
+
+class _Lens:
+    """Which (step, batch) pairs lie inside their sequence: t < len[b]."""
+
+    def __init__(self, b: Builder, lens, T: Optional[int], ta: int):
+        self.b, self.ta, self.constant = b, ta, isinstance(lens, np.ndarray)
+        self.valid = self.valid_v = None
+        if lens is None:
+            return
+        if self.constant:
+            valid = np.arange(T)[:, None] < lens[None, :]  # [T, B]
+            self.batch = len(lens)
+            self.valid = None if valid.all() else valid
+            return
+        # runtime lengths: one comparison for all steps, [T, B, 1] (or [B, T, 1])
+        steps = np.arange(T, dtype=np.int64).reshape((T, 1, 1) if ta == 0 else (1, T, 1))
+        lens_v = b.unsqueeze(b.unsqueeze(lens, 0 if ta == 0 else 1), 2)
+        self.valid_v = b.less(b.constant(steps), lens_v)
+        self.valid_v_len = T
+
+    def _shape(self, t_len: int) -> tuple:
+        return (t_len, -1, 1) if self.ta == 0 else (-1, t_len, 1)
+
+    def step(self, t: int):
+        """None (every sequence covers t), SKIP (none does), or a _Mask for step t."""
+        if self.valid is not None:
+            v = self.valid[t]
+            if v.all():
+                return None
+            if not v.any():
+                return SKIP
+            return _Mask(v.astype(np.float32).reshape(self._shape(1)), select=False)
+        if self.valid_v is not None:
+            return _Mask(self.b.slice(self.valid_v, self.ta, t, t + 1), select=True)
+        return None
+
+    def steps(self, start: int, end: int) -> Optional[_Mask]:
+        """Mask values for steps [start, end) stacked on axis 0 (loop form), or None if unneeded."""
+        if self.valid is not None:
+            m = self.valid[start:end]
+            return None if m.all() else _Mask(self.b.constant(m.astype(np.float32).reshape(self._shape(end - start))), False)
+        if self.valid_v is not None:
+            v = self.valid_v if (start, end) == (0, self.valid_v_len) else self.b.slice(self.valid_v, 0, start, end)
+            return _Mask(v, select=True)
+        return None
+
+
+def _step(e: Emitter, p: CellParams, x_t: Expr, state: tuple, mask: Optional[_Mask], want_y: bool):
+    """One cell step, blended with the sequence mask; returns (state values, output value)."""
+    new = STEP[p.kind](e, x_t, state, p)
+    y = new[0]
+    if mask is not None:
+        m = e.const(mask.value) if isinstance(mask.value, np.ndarray) else e.value(mask.value)
+        if mask.select:
+            new = tuple(e.where(m, n, o) for n, o in zip(new, state))
+            y = e.where(m, y, e.ZERO)
+        else:
+            new = tuple(o + m * (n - o) for n, o in zip(new, state))
+            y = m * y
+    return [e.emit(s) for s in new], (e.emit(y) if want_y else None)
+
+
+class _Stack:
+    def __init__(self, b: Builder, spec: RecurrentSpec, weights, lens, loop: bool):
+        self.b, self.spec, self.loop = b, spec, loop
+        self.dtype = getattr(b, "dtype", np.float32)
+        self.D, self.T = spec.num_directions, spec.seq_len
+        self.ta = 0 if loop or not spec.layout.batch_first else 1  # time axis inside
+        self.sa = 1 if spec.layout.state_batch_first else 0  # layer*direction axis of states
+        self.lens = _Lens(b, lens, self.T, self.ta)
+        self.cells = [[prepare(spec, weights[l][d], d) for d in range(self.D)] for l in range(spec.num_layers)]
+
+    # --- the stack -------------------------------------------------------------------------
+    def run(self, x, h0, c0) -> Outputs:
+        b, spec = self.b, self.spec
+        if self.loop and spec.layout.batch_first:
+            x = b.transpose(x, (1, 0, 2))
+        e = Emitter(b, self.dtype)
+        finals = []
+        for layer, cells in enumerate(self.cells):
+            last = layer == spec.num_layers - 1
+            want_y = spec.want_y or not last
+            xp = self._projection(x, cells)
+            width = cells[0].w_in.shape[0]
+            ys = []
+            for d, p in enumerate(cells):
+                xp_d = b.slice(xp, -1, d * width, (d + 1) * width) if self.D > 1 else xp
+                idx = layer * self.D + d
+                state = (self._initial(e, h0, idx),) + ((self._initial(e, c0, idx),) if p.state_size == 2 else ())
+                run = self._loop if self.loop else self._unrolled
+                y, final = run(e, p, xp_d, state, reverse=d == 1, want_y=want_y)
+                ys.append(y)
+                finals.append(final)
+            if not last:
+                x = b.concat(ys, -1) if self.D > 1 else ys[0]
+        return Outputs(
+            y=self._layout_y(ys) if spec.want_y else None,
+            h=self._layout_states([f[0] for f in finals]) if spec.want_h else None,
+            c=self._layout_states([f[1] for f in finals]) if spec.want_c else None,
+        )
+
+    def _projection(self, x, cells: Sequence[CellParams]):
+        """x W^T + b for all timesteps and directions of a layer: one linear."""
+        w = np.concatenate([p.w_in for p in cells]) if len(cells) > 1 else cells[0].w_in
+        biases = [p.b_in for p in cells]
+        if all(bb is None for bb in biases):
+            bias = None
+        else:
+            bias = np.concatenate([bb if bb is not None else np.zeros(p.w_in.shape[0], p.w_in.dtype)
+                                   for bb, p in zip(biases, cells)])
+        return self.b.linear(x, w, bias)
+
+    def _initial(self, e: Emitter, s0, idx: int) -> Expr:
+        """Initial state of one (layer, direction) in step form, or ZERO."""
+        if s0 is None:
+            return e.ZERO
+        s = self.b.slice(s0, self.sa, idx, idx + 1)
+        if self.loop:
+            return e.value(self.b.squeeze(s, self.sa))  # [B, H]
+        if self.sa != self.ta:
+            s = self.b.transpose(s, (1, 0, 2))
+        return e.value(s)
+
+    def _zeros(self, width: int, time_axis: int):
+        """A zero step/state of known batch size (only reached with constant sequence_lens)."""
+        shape = [self.lens.batch, width]
+        shape.insert(time_axis, 1)
+        return self.b.constant(np.zeros(shape, np.float32))
+
+    # --- one direction, unrolled ----------------------------------------------------------------
+    def _unrolled(self, e: Emitter, p: CellParams, xp, state: tuple, reverse: bool, want_y: bool):
+        out_w = p.proj.shape[0] if p.proj is not None else p.hidden_size
+        xp = e.value(xp)
+        ys = [None] * self.T
+        for t in reversed(range(self.T)) if reverse else range(self.T):
+            mask = self.lens.step(t)
+            if mask is SKIP:
+                ys[t] = self._zeros(out_w, self.ta) if want_y else None
+                continue
+            x_t = e.slice(xp, self.ta, t, t + 1)
+            values, ys[t] = _step(e, p, x_t, state, mask, want_y)
+            state = tuple(e.value(v) for v in values)
+        widths = (out_w, p.hidden_size)
+        final = [self._zeros(w, self.ta) if s.is_const(0) else e.emit(s) for s, w in zip(state, widths)]
+        y = None
+        if want_y:
+            y = self.b.concat(ys, self.ta) if self.T > 1 else ys[0]
+        return y, final
+
+    # --- one direction, as a loop ----------------------------------------------------------------
+    def _loop(self, e: Emitter, p: CellParams, xp, state: tuple, reverse: bool, want_y: bool):
+        """builder.scan over time; a zero initial state is first stepped outside the loop
+        (its ops mostly vanish), so the loop always carries real values."""
+        b, T = self.b, self.T
+        out_w = p.proj.shape[0] if p.proj is not None else p.hidden_size
+        widths = (out_w, p.hidden_size)
+        y_first, peeled = None, False
+        start, end = 0, (T if T is not None else sys.maxsize)  # steps left for the loop
+        if any(s.is_const(0) for s in state):
+            peeled = True
+            t = (T - 1 if T is not None else -1) if reverse else 0
+            mask = self.lens.step(t) if T is not None else None
+            # the peeled step runs in step form ([1, B, .]); zero states stay ZERO
+            state1 = tuple(s if s.is_const(0) else e.value(b.unsqueeze(e.emit(s), 0)) for s in state)
+            if mask is SKIP:
+                y_first = self._zeros(out_w, 0) if want_y else None
+                vals = [self._zeros(w, 0) if s.is_const(0) else e.emit(s) for s, w in zip(state1, widths)]
+            else:
+                x_t = e.slice(e.value(xp), 0, t, t + 1 if t != -1 else sys.maxsize)
+                vals, y_first = _step(e, p, x_t, state1, mask, want_y)
+            state = tuple(e.value(b.squeeze(v, 0)) for v in vals)
+            if reverse:
+                end = T - 1 if T is not None else -1
+            else:
+                start = 1
+        if T is not None and end - start <= 0:  # the peeled step was the only one
+            final = [b.unsqueeze(e.emit(s), self.sa) for s in state]
+            return y_first, final
+
+        dtype = self.dtype
+        mask = self.lens.steps(start, end) if T is not None else None
+        xs = [b.slice(xp, 0, start, end) if peeled else xp]
+        if mask is not None:
+            xs.append(mask.value)
+
+        def body(bb: Builder, carried: list, x_slices: list):
+            be = Emitter(bb, dtype)
+            m = _Mask(x_slices[1], mask.select) if mask is not None else None
+            vals, y = _step(be, p, be.value(x_slices[0]), tuple(be.value(v) for v in carried), m, want_y)
+            return vals, ([y] if want_y else [])
+
+        carried, ys = b.scan(body, [e.emit(s) for s in state], xs, reverse=reverse)
+        final = [b.unsqueeze(v, self.sa) for v in carried]
+        y = None
+        if want_y:
+            parts = [ys[0]] if y_first is None else ([ys[0], y_first] if reverse else [y_first, ys[0]])
+            y = b.concat(parts, 0) if len(parts) > 1 else parts[0]
+        return y, final
+
+    # --- layout -------------------------------------------------------------------------------
+    def _layout_y(self, ys: list):
+        """Per-direction [T, B, O] (or [B, T, O]) to the spec's Y layout."""
+        b, layout = self.b, self.spec.layout
+        if layout.y_directions_axis:
+            dax = self.ta + 1
+            y = b.concat([b.unsqueeze(v, dax) for v in ys], dax) if self.D > 1 else b.unsqueeze(ys[0], dax)
+        else:
+            y = b.concat(ys, -1) if self.D > 1 else ys[0]
+        if layout.batch_first and self.ta == 0:
+            y = b.transpose(y, (2, 0, 1, 3) if layout.y_directions_axis else (1, 0, 2))
+        return y
+
+    def _layout_states(self, states: list):
+        """Final states, each with a size-1 axis (ta when unrolled, sa in the loop), to [L*D, B, H] or [B, L*D, H]."""
+        b = self.b
+        axis = self.sa if self.loop else self.ta
+        s = b.concat(states, axis) if len(states) > 1 else states[0]
+        if axis != self.sa:
+            s = b.transpose(s, (1, 0, 2))
+        return s
