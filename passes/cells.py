@@ -50,10 +50,10 @@ class CellParams:
 def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     """GRU, gates (r, z, n); x holds x W^T + Wb + every Rb that folds.
 
-        r = f(x_r + h R_r^T)                z = f(x_z + h R_z^T)
-        n = g(x_n + r * (h R_n^T + Rb_n))   linear_before_reset
-        n = g(x_n + (r * h) R_n^T)          otherwise (Rb_n folded into x_n)
-        h' = (1 - z) * n + z * h  =  n + z * (h - n)
+    r = f(x_r + h R_r^T)                z = f(x_z + h R_z^T)
+    n = g(x_n + r * (h R_n^T + Rb_n))   linear_before_reset
+    n = g(x_n + (r * h) R_n^T)          otherwise (Rb_n folded into x_n)
+    h' = (1 - z) * n + z * h  =  n + z * (h - n)
     """
     (h,) = state
     H, (f, g) = p.hidden_size, p.activations
@@ -72,11 +72,11 @@ def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
 def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     """LSTM, internal gates (i, f, o, g), or (i, o, g) with input_forget; x holds x W^T + Wb + Rb.
 
-        i = f(x_i + h R_i^T + p_i * c)      f = f(x_f + h R_f^T + p_f * c)   (input_forget: f = 1 - i)
-        g = g(x_g + h R_g^T)
-        c' = f * c + i * g                  (input_forget: c + i * (g - c))
-        o = f(x_o + h R_o^T + p_o * c')
-        h' = o * h(c')                      (projection: h' = (o * h(c')) P^T)
+    i = f(x_i + h R_i^T + p_i * c)      f = f(x_f + h R_f^T + p_f * c)   (input_forget: f = 1 - i)
+    g = g(x_g + h R_g^T)
+    c' = f * c + i * g                  (input_forget: c + i * (g - c))
+    o = f(x_o + h R_o^T + p_o * c')
+    h' = o * h(c')                      (projection: h' = (o * h(c')) P^T)
     """
     h, c = state
     H, (f_, g_, h_) = p.hidden_size, p.activations
@@ -105,7 +105,7 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
 def rnn(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     """Elman RNN; x holds x W^T + Wb + Rb.
 
-        h' = f(x + h R^T)
+    h' = f(x + h R^T)
     """
     (h,) = state
     (f,) = p.activations
@@ -153,8 +153,12 @@ def prepare(spec: RecurrentSpec, lw: LayerWeights, direction_index: int) -> Cell
     )
     if spec.cell is CellKind.GRU:
         b_r = lw.b_r
-        if spec.linear_before_reset:  # Rb_r, Rb_z fold into the projection, Rb_n stays inside r * (.)
-            keep = None if b_r is None else np.concatenate([np.zeros(2 * H, b_r.dtype), b_r[2 * H :]])
+        if (
+            spec.linear_before_reset
+        ):  # Rb_r, Rb_z fold into the projection, Rb_n stays inside r * (.)
+            keep = (
+                None if b_r is None else np.concatenate([np.zeros(2 * H, b_r.dtype), b_r[2 * H :]])
+            )
             return CellParams(
                 **common,
                 w_in=lw.w,
@@ -178,7 +182,9 @@ def prepare(spec: RecurrentSpec, lw: LayerWeights, direction_index: int) -> Cell
             w_in=_blocks(lw.w, 4, order),
             b_in=_nonzero(_blocks(_sum(lw.b_w, lw.b_r), 4, order)),
             r=_blocks(lw.r, 4, order),
-            p_if=None if peep is None else np.concatenate(peep[:1] if spec.input_forget else peep[:2]),
+            p_if=None
+            if peep is None
+            else np.concatenate(peep[:1] if spec.input_forget else peep[:2]),
             p_o=None if peep is None else np.array(peep[2]),
             proj=lw.proj,
         )

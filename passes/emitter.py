@@ -70,8 +70,13 @@ class Expr:
 
     def __getitem__(self, index):
         """x[..., a:b]: a slice of the last axis (gate blocks), numpy style."""
-        if not (isinstance(index, tuple) and len(index) == 2 and index[0] is Ellipsis
-                and isinstance(index[1], slice) and index[1].step is None):
+        if not (
+            isinstance(index, tuple)
+            and len(index) == 2
+            and index[0] is Ellipsis
+            and isinstance(index[1], slice)
+            and index[1].step is None
+        ):
             raise TypeError("Expr supports only x[..., start:stop]")
         s = index[1]
         if s.start is None and s.stop is None:

@@ -6,7 +6,8 @@ The one place that knows how each framework stores a recurrent layer's weights.
   PyTorch           GRU (r, z, n)   LSTM (i, f, g, o)   weight_ih_l{k}[_reverse], weight_hh_..,
                                                         bias_ih_.., bias_hh_.., weight_hr_..
   ONNX              GRU (z, r, h)   LSTM (i, o, f, c)   W [D, G*H, I], R [D, G*H, H],
-                                                        B [D, 2*G*H] = [Wb | Rb], P [D, 3H] as (i, o, f)
+                                                        B [D, 2*G*H] = [Wb | Rb],
+                                                        P [D, 3H] as (i, o, f)
 
 Plain numpy; arrays are copied, never aliased.
 """
@@ -33,7 +34,9 @@ def _inverse(perm: Sequence[int]) -> tuple[int, ...]:
     return tuple(inv)
 
 
-def permute_gates(a: Optional[np.ndarray], order: Sequence[int], axis: int = 0) -> Optional[np.ndarray]:
+def permute_gates(
+    a: Optional[np.ndarray], order: Sequence[int], axis: int = 0
+) -> Optional[np.ndarray]:
     """Reorder the gate blocks of `a` along `axis`: block j of the result is block order[j]."""
     if a is None:
         return None
@@ -80,8 +83,14 @@ def from_torch_module_params(
     """weights[layer][direction] from a module's named parameters (full names with suffixes)."""
     return [
         [
-            from_torch(cell, {base: named[base + torch_suffix(layer, d)] for base in _TORCH_NAMES
-                              if base + torch_suffix(layer, d) in named})
+            from_torch(
+                cell,
+                {
+                    base: named[base + torch_suffix(layer, d)]
+                    for base in _TORCH_NAMES
+                    if base + torch_suffix(layer, d) in named
+                },
+            )
             for d in range(num_directions)
         ]
         for layer in range(num_layers)
@@ -151,8 +160,10 @@ def to_onnx(
         B = np.stack(
             [
                 np.concatenate(
-                    [permute_gates(lw.b_w if lw.b_w is not None else zeros, order),
-                     permute_gates(lw.b_r if lw.b_r is not None else zeros, order)]
+                    [
+                        permute_gates(lw.b_w if lw.b_w is not None else zeros, order),
+                        permute_gates(lw.b_r if lw.b_r is not None else zeros, order),
+                    ]
                 )
                 for lw in directions
             ]
@@ -163,7 +174,9 @@ def to_onnx(
         zeros = np.zeros((3, h), W.dtype)
         P = np.stack(
             [
-                (lw.peephole if lw.peephole is not None else zeros)[list(ONNX_PEEPHOLES)].reshape(-1)
+                (lw.peephole if lw.peephole is not None else zeros)[list(ONNX_PEEPHOLES)].reshape(
+                    -1
+                )
                 for lw in directions
             ]
         )

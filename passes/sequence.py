@@ -59,7 +59,9 @@ def emit(
     builder value. strategy: "unrolled" (needs spec.seq_len) or "scan" (needs SCAN).
     """
     validate(builder, spec, weights, initial_h, initial_c, sequence_lens, strategy)
-    return _Stack(builder, spec, weights, sequence_lens, loop=strategy == "scan").run(x, initial_h, initial_c)
+    return _Stack(builder, spec, weights, sequence_lens, loop=strategy == "scan").run(
+        x, initial_h, initial_c
+    )
 
 
 def emit_step(
@@ -73,7 +75,9 @@ def emit_step(
     """One timestep with explicit state in and out (streaming): x_t is X with T = 1 in the
     spec's layout, h and c the states in the spec's state layout (None: zero). Returns
     this step's Y and the new states; feed them back as h and c for the next step."""
-    spec = dataclasses.replace(spec, seq_len=1, has_initial_h=h is not None, has_initial_c=c is not None)
+    spec = dataclasses.replace(
+        spec, seq_len=1, has_initial_h=h is not None, has_initial_c=c is not None
+    )
     return emit(builder, spec, weights, x_t, h, c, None, "unrolled")
 
 
@@ -125,9 +129,19 @@ class _Lens:
         """Mask values for steps [start, end) stacked on axis 0 (loop form), or None if unneeded."""
         if self.valid is not None:
             m = self.valid[start:end]
-            return None if m.all() else _Mask(self.b.constant(m.astype(np.float32).reshape(self._shape(end - start))), False)
+            return (
+                None
+                if m.all()
+                else _Mask(
+                    self.b.constant(m.astype(np.float32).reshape(self._shape(end - start))), False
+                )
+            )
         if self.valid_v is not None:
-            v = self.valid_v if (start, end) == (0, self.valid_v_len) else self.b.slice(self.valid_v, 0, start, end)
+            v = (
+                self.valid_v
+                if (start, end) == (0, self.valid_v_len)
+                else self.b.slice(self.valid_v, 0, start, end)
+            )
             return _Mask(v, select=True)
         return None
 
@@ -155,7 +169,10 @@ class _Stack:
         self.ta = 0 if loop or not spec.layout.batch_first else 1  # time axis inside
         self.sa = 1 if spec.layout.state_batch_first else 0  # layer*direction axis of states
         self.lens = _Lens(b, lens, self.T, self.ta)
-        self.cells = [[prepare(spec, weights[l][d], d) for d in range(self.D)] for l in range(spec.num_layers)]
+        self.cells = [
+            [prepare(spec, weights[layer][d], d) for d in range(self.D)]
+            for layer in range(spec.num_layers)
+        ]
 
     # --- the stack -------------------------------------------------------------------------
     def run(self, x, h0, c0) -> Outputs:
@@ -173,7 +190,9 @@ class _Stack:
             for d, p in enumerate(cells):
                 xp_d = b.slice(xp, -1, d * width, (d + 1) * width) if self.D > 1 else xp
                 idx = layer * self.D + d
-                state = (self._initial(e, h0, idx),) + ((self._initial(e, c0, idx),) if p.state_size == 2 else ())
+                state = (self._initial(e, h0, idx),) + (
+                    (self._initial(e, c0, idx),) if p.state_size == 2 else ()
+                )
                 run = self._loop if self.loop else self._unrolled
                 y, final = run(e, p, xp_d, state, reverse=d == 1, want_y=want_y)
                 ys.append(y)
@@ -193,8 +212,12 @@ class _Stack:
         if all(bb is None for bb in biases):
             bias = None
         else:
-            bias = np.concatenate([bb if bb is not None else np.zeros(p.w_in.shape[0], p.w_in.dtype)
-                                   for bb, p in zip(biases, cells)])
+            bias = np.concatenate(
+                [
+                    bb if bb is not None else np.zeros(p.w_in.shape[0], p.w_in.dtype)
+                    for bb, p in zip(biases, cells)
+                ]
+            )
         return self.b.linear(x, w, bias)
 
     def _initial(self, e: Emitter, s0, idx: int) -> Expr:
@@ -228,7 +251,9 @@ class _Stack:
             values, ys[t] = _step(e, p, x_t, state, mask, want_y)
             state = tuple(e.value(v) for v in values)
         widths = (out_w, p.hidden_size)
-        final = [self._zeros(w, self.ta) if s.is_const(0) else e.emit(s) for s, w in zip(state, widths)]
+        final = [
+            self._zeros(w, self.ta) if s.is_const(0) else e.emit(s) for s, w in zip(state, widths)
+        ]
         y = None
         if want_y:
             y = self.b.concat(ys, self.ta) if self.T > 1 else ys[0]
@@ -248,10 +273,15 @@ class _Stack:
             t = (T - 1 if T is not None else -1) if reverse else 0
             mask = self.lens.step(t) if T is not None else None
             # the peeled step runs in step form ([1, B, .]); zero states stay ZERO
-            state1 = tuple(s if s.is_const(0) else e.value(b.unsqueeze(e.emit(s), 0)) for s in state)
+            state1 = tuple(
+                s if s.is_const(0) else e.value(b.unsqueeze(e.emit(s), 0)) for s in state
+            )
             if mask is SKIP:
                 y_first = self._zeros(out_w, 0) if want_y else None
-                vals = [self._zeros(w, 0) if s.is_const(0) else e.emit(s) for s, w in zip(state1, widths)]
+                vals = [
+                    self._zeros(w, 0) if s.is_const(0) else e.emit(s)
+                    for s, w in zip(state1, widths)
+                ]
             else:
                 x_t = e.slice(e.value(xp), 0, t, t + 1 if t != -1 else sys.maxsize)
                 vals, y_first = _step(e, p, x_t, state1, mask, want_y)
@@ -273,14 +303,18 @@ class _Stack:
         def body(bb: Builder, carried: list, x_slices: list):
             be = Emitter(bb, dtype)
             m = _Mask(x_slices[1], mask.select) if mask is not None else None
-            vals, y = _step(be, p, be.value(x_slices[0]), tuple(be.value(v) for v in carried), m, want_y)
+            vals, y = _step(
+                be, p, be.value(x_slices[0]), tuple(be.value(v) for v in carried), m, want_y
+            )
             return vals, ([y] if want_y else [])
 
         carried, ys = b.scan(body, [e.emit(s) for s in state], xs, reverse=reverse)
         final = [b.unsqueeze(v, self.sa) for v in carried]
         y = None
         if want_y:
-            parts = [ys[0]] if y_first is None else ([ys[0], y_first] if reverse else [y_first, ys[0]])
+            parts = (
+                [ys[0]] if y_first is None else ([ys[0], y_first] if reverse else [y_first, ys[0]])
+            )
             y = b.concat(parts, 0) if len(parts) > 1 else parts[0]
         return y, final
 
@@ -290,7 +324,11 @@ class _Stack:
         b, layout = self.b, self.spec.layout
         if layout.y_directions_axis:
             dax = self.ta + 1
-            y = b.concat([b.unsqueeze(v, dax) for v in ys], dax) if self.D > 1 else b.unsqueeze(ys[0], dax)
+            y = (
+                b.concat([b.unsqueeze(v, dax) for v in ys], dax)
+                if self.D > 1
+                else b.unsqueeze(ys[0], dax)
+            )
         else:
             y = b.concat(ys, -1) if self.D > 1 else ys[0]
         if layout.batch_first and self.ta == 0:
@@ -298,7 +336,7 @@ class _Stack:
         return y
 
     def _layout_states(self, states: list):
-        """Final states, each with a size-1 axis (ta when unrolled, sa in the loop), to [L*D, B, H] or [B, L*D, H]."""
+        """Final states, each with a size-1 axis (ta unrolled, sa in the loop), to the state layout."""
         b = self.b
         axis = self.sa if self.loop else self.ta
         s = b.concat(states, axis) if len(states) > 1 else states[0]

@@ -166,7 +166,7 @@ class LayerWeights:
 
 
 class SpecError(ValueError):
-    """A recurrent layer the core cannot handle as described; the message names layer and attribute."""
+    """A recurrent layer the core cannot handle as described; names the layer and attribute."""
 
     def __init__(self, layer: str, attribute: str, message: str):
         super().__init__(f"{layer}: attribute {attribute!r}: {message}")

@@ -40,7 +40,9 @@ def validate(
     if spec.input_forget and not lstm:
         fail("input_forget", f"only LSTM has input_forget, not {spec.cell.value}")
     if (spec.has_initial_c or spec.want_c) and not lstm:
-        fail("initial_c" if spec.has_initial_c else "want_c", f"{spec.cell.value} has no cell state")
+        fail(
+            "initial_c" if spec.has_initial_c else "want_c", f"{spec.cell.value} has no cell state"
+        )
     if spec.clip is not None and not spec.clip > 0:
         fail("clip", f"must be positive, got {spec.clip}")
     if spec.seq_len is not None and spec.seq_len < 1:
@@ -49,24 +51,33 @@ def validate(
     # activations: one tuple per direction, each the cell's count, parameters resolved
     if spec.activations is not None:
         if len(spec.activations) != spec.num_directions:
-            fail("activations", f"expected one tuple per direction ({spec.num_directions}), "
-                                f"got {len(spec.activations)}")
+            fail(
+                "activations",
+                f"expected one tuple per direction ({spec.num_directions}), "
+                f"got {len(spec.activations)}",
+            )
     for d in range(spec.num_directions):
         acts = spec.activations_for(d)
         if len(acts) != spec.cell.num_activations:
-            fail("activations", f"{spec.cell.value} takes {spec.cell.num_activations} activations "
-                                f"per direction, got {len(acts)} for direction {d}")
+            fail(
+                "activations",
+                f"{spec.cell.value} takes {spec.cell.num_activations} activations "
+                f"per direction, got {len(acts)} for direction {d}",
+            )
         for act in acts:
             why = activations.check(act, builder.capabilities)
             if why:
                 fail("activations", why)
 
     # runtime values agree with the spec's flags
-    for attr, flag, value in (("initial_h", spec.has_initial_h, initial_h),
-                              ("initial_c", spec.has_initial_c, initial_c),
-                              ("sequence_lens", spec.has_sequence_lens, sequence_lens)):
+    for attr, flag, value in (
+        ("initial_h", spec.has_initial_h, initial_h),
+        ("initial_c", spec.has_initial_c, initial_c),
+        ("sequence_lens", spec.has_sequence_lens, sequence_lens),
+    ):
         if flag != (value is not None):
-            fail(attr, f"spec says has_{attr}={flag} but {'a value was' if value is not None else 'none was'} given")
+            given = "a value was" if value is not None else "none was"
+            fail(attr, f"spec says has_{attr}={flag} but {given} given")
 
     # strategy and capabilities
     if strategy not in STRATEGIES:
@@ -79,18 +90,28 @@ def validate(
         if isinstance(sequence_lens, np.ndarray):
             lens = sequence_lens
             if lens.ndim != 1 or lens.dtype.kind not in "iu":
-                fail("sequence_lens", f"expected a 1-D integer array, got {lens.dtype}{list(lens.shape)}")
-            if spec.seq_len is not None and (lens.min(initial=0) < 0 or lens.max(initial=0) > spec.seq_len):
-                fail("sequence_lens", f"lengths must lie in [0, {spec.seq_len}], got {lens.tolist()}")
+                fail(
+                    "sequence_lens",
+                    f"expected a 1-D integer array, got {lens.dtype}{list(lens.shape)}",
+                )
+            if spec.seq_len is not None and (
+                lens.min(initial=0) < 0 or lens.max(initial=0) > spec.seq_len
+            ):
+                fail(
+                    "sequence_lens", f"lengths must lie in [0, {spec.seq_len}], got {lens.tolist()}"
+                )
         elif SELECT not in builder.capabilities:
-            fail("sequence_lens", "runtime sequence lengths need select (less/where), which this builder lacks")
+            fail(
+                "sequence_lens",
+                "runtime sequence lengths need select (less/where), which this builder lacks",
+            )
         if strategy == "scan" and spec.seq_len is None:
             fail("sequence_lens", "masking in a loop needs a static sequence length (seq_len)")
 
     # weights: [layer][direction], canonical shapes
     if len(weights) != spec.num_layers:
         fail("weights", f"expected {spec.num_layers} layers, got {len(weights)}")
-    G, H, O = spec.cell.num_gates, spec.hidden_size, spec.output_size
+    G, H, out = spec.cell.num_gates, spec.hidden_size, spec.output_size
     for layer, row in enumerate(weights):
         if len(row) != spec.num_directions:
             fail(f"weights[{layer}]", f"expected {spec.num_directions} directions, got {len(row)}")
@@ -98,7 +119,7 @@ def validate(
             where = f"weights[{layer}][{d}]"
             expected = {
                 "w": (G * H, spec.layer_input_size(layer)),
-                "r": (G * H, O),
+                "r": (G * H, out),
                 "b_w": (G * H,),
                 "b_r": (G * H,),
                 "peephole": (3, H),
@@ -115,4 +136,6 @@ def validate(
                 if field == "proj" and not spec.proj_size:
                     fail(f"{where}.proj", "given but proj_size is 0")
                 if tuple(np.shape(a)) != shape:
-                    fail(f"{where}.{field}", f"expected shape {list(shape)}, got {list(np.shape(a))}")
+                    fail(
+                        f"{where}.{field}", f"expected shape {list(shape)}, got {list(np.shape(a))}"
+                    )
