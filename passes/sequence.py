@@ -336,7 +336,7 @@ class _Stack:
         return y
 
     def _layout_states(self, states: list):
-        """Final states, each with a size-1 axis (ta unrolled, sa in the loop), to the state layout."""
+        """Final states, each with a size-1 axis (ta unrolled, sa looped), to the state layout."""
         b = self.b
         axis = self.sa if self.loop else self.ta
         s = b.concat(states, axis) if len(states) > 1 else states[0]
