@@ -1,0 +1,414 @@
+"""Replace PyTorch's recurrent ATen ops by the core's emission (ExportedProgram or GraphModule).
+
+  aten.gru.input / lstm.input / rnn_tanh.input / rnn_relu.input   (output, h_n[, c_n])
+  aten.gru_cell / lstm_cell / rnn_tanh_cell / rnn_relu_cell       h' or (h', c')
+
+Each op's arguments become a `RecurrentSpec` plus `LayerWeights` (via
+`gate_order.from_torch`); `passes.emit` writes the math through an `FxBuilder`, and
+the op's outputs (and their `getitem` users) are rewired to the emitted values.
+Initial states that export materialised as `aten.zeros` are treated as absent, so the
+core can drop their products. Weights must be constants of the program (parameters,
+buffers or lifted constants); anything else is refused with a `SpecError` naming
+the node and argument.
+
+`decompose_recurrent(ep)` works on the ExportedProgram's own graph (no `.module()`,
+so none of torch 2.13's `_guards_fn` call_modules) and returns a new program whose
+signature lists the new weights as parameters. `decompose_graph_module(gm)` does the
+same on a bare GraphModule with `get_attr` weights (PT2E / Arm annotation graphs).
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    OutputSpec,
+    TensorArgument,
+)
+from torch.fx import Graph, GraphModule, Node
+
+from recurrent_lowering import passes
+from recurrent_lowering.passes import gate_order
+from recurrent_lowering.passes.spec import (
+    RELU,
+    CellKind,
+    Direction,
+    IOLayout,
+    RecurrentSpec,
+    SpecError,
+)
+
+from .fx_builder import ConstantSink, FxBuilder, ModuleConstants, ProgramConstants, fake_mode_of
+
+aten = torch.ops.aten
+
+# op -> (cell kind, activations per direction or None for the cell's defaults)
+SEQUENCE_OPS = {
+    aten.gru.input: (CellKind.GRU, None),
+    aten.lstm.input: (CellKind.LSTM, None),
+    aten.rnn_tanh.input: (CellKind.RNN, None),
+    aten.rnn_relu.input: (CellKind.RNN, (RELU,)),
+}
+CELL_OPS = {
+    aten.gru_cell.default: (CellKind.GRU, None),
+    aten.lstm_cell.default: (CellKind.LSTM, None),
+    aten.rnn_tanh_cell.default: (CellKind.RNN, None),
+    aten.rnn_relu_cell.default: (CellKind.RNN, (RELU,)),
+}
+PACKED_OPS = (aten.gru.data, aten.lstm.data, aten.rnn_tanh.data, aten.rnn_relu.data)
+TARGET_OPS = frozenset(SEQUENCE_OPS) | frozenset(CELL_OPS) | frozenset(PACKED_OPS)
+
+_ZERO_FACTORIES = (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default)
+_FULL_FACTORIES = (aten.full.default, aten.full_like.default, aten.new_full.default)
+
+ConstantOf = Callable[[Node], Optional[torch.Tensor]]
+
+
+def has_recurrent_ops(graph: Graph) -> bool:
+    """Cheap pre-scan: does `graph` hold any op this module replaces?"""
+    return any(graph.find_nodes(op="call_function", target=t) for t in TARGET_OPS)
+
+
+# --- reading an op ----------------------------------------------------------------------------
+
+
+def _arguments(node: Node) -> dict:
+    """The op's arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    out = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args):
+            out[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            out[a.name] = node.kwargs[a.name]
+        else:
+            out[a.name] = a.default_value if a.has_default_value() else None
+    return out
+
+
+def _is_zeros(n: Optional[Node], constant_of: ConstantOf) -> bool:
+    """True when `n` is known to be all zeros (export writes `aten.zeros` for an absent h0)."""
+    if n is None:
+        return True
+    if not isinstance(n, Node):
+        return False
+    if n.op == "call_function" and n.target in _ZERO_FACTORIES:
+        return True
+    if n.op == "call_function" and n.target in _FULL_FACTORIES:
+        value = n.args[1] if n.target != aten.new_full.default else n.args[2]
+        return value == 0
+    t = constant_of(n)
+    return t is not None and not bool(t.any())
+
+
+def _weight(node: Node, p: Node, constant_of: ConstantOf, what: str) -> np.ndarray:
+    t = constant_of(p) if isinstance(p, Node) else None
+    if t is None:
+        raise SpecError(
+            node.name, what, f"{getattr(p, 'name', p)!r} is not a constant of the program"
+        )
+    t = t.detach()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.float()
+    return t.cpu().numpy()
+
+
+def _val(n: Node):
+    return n.meta["val"]
+
+
+def _static(node: Node, v, what: str) -> int:
+    if not isinstance(v, int):
+        raise SpecError(node.name, what, f"must be static for unrolled emission, got {v}")
+    return v
+
+
+def _sequence_problem(node: Node, constant_of: ConstantOf):
+    """(spec, weights, x, h0, c0) of an aten.{gru,lstm,rnn_*}.input node."""
+    cell, acts = SEQUENCE_OPS[node.target]
+    a = _arguments(node)
+    x, params = a["input"], list(a["params"])
+    hx = a["hx"]
+    h0, c0 = (hx[0], hx[1]) if cell is CellKind.LSTM else (hx, None)
+    layers, bidir, batch_first = int(a["num_layers"]), bool(a["bidirectional"]), a["batch_first"]
+    if a["train"] and a["dropout"] and layers > 1:
+        raise SpecError(node.name, "dropout", f"dropout={a['dropout']} in training mode")
+    dirs = 2 if bidir else 1
+    x_shape = _val(x).shape
+    if len(x_shape) != 3:
+        raise SpecError(node.name, "input", f"expected a 3-D input, got shape {tuple(x_shape)}")
+    seq_len = _static(node, x_shape[1 if batch_first else 0], "sequence length")
+    base = 4 if a["has_biases"] else 2
+    per = len(params) // (layers * dirs)
+    if per * layers * dirs != len(params) or per not in (base, base + (cell is CellKind.LSTM)):
+        raise SpecError(node.name, "params", f"{len(params)} tensors for {layers}x{dirs}")
+    names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if a["has_biases"] else [])
+    names += ["weight_hr"] if per > base else []
+    weights = []
+    for layer in range(layers):
+        row = []
+        for d in range(dirs):
+            chunk = params[(layer * dirs + d) * per : (layer * dirs + d + 1) * per]
+            named = {n: _weight(node, p, constant_of, f"params.{n}") for n, p in zip(names, chunk)}
+            row.append(gate_order.from_torch(cell, named))
+        weights.append(row)
+    w0 = weights[0][0]
+    hidden = w0.r.shape[0] // cell.num_gates
+    users = _getitem_users(node)
+    spec = RecurrentSpec(
+        name=node.name,
+        cell=cell,
+        input_size=int(x_shape[-1]),
+        hidden_size=hidden,
+        num_layers=layers,
+        direction=Direction.BIDIRECTIONAL if bidir else Direction.FORWARD,
+        layout=IOLayout(
+            batch_first=bool(batch_first), y_directions_axis=False, state_batch_first=False
+        ),
+        activations=None if acts is None else (acts,) * dirs,
+        proj_size=0 if w0.proj is None else int(w0.proj.shape[0]),
+        seq_len=seq_len,
+        has_initial_h=not _is_zeros(h0, constant_of),
+        has_initial_c=c0 is not None and not _is_zeros(c0, constant_of),
+        want_y=0 in users,
+        want_h=1 in users,
+        want_c=2 in users,
+    )
+    return (
+        spec,
+        weights,
+        x,
+        (h0 if spec.has_initial_h else None),
+        (c0 if spec.has_initial_c else None),
+    )
+
+
+def _cell_problem(node: Node, constant_of: ConstantOf):
+    """(spec, weights, x, h0, c0) of an aten.*_cell node, as a one-step sequence."""
+    cell, acts = CELL_OPS[node.target]
+    a = _arguments(node)
+    x, hx = a["input"], a["hx"]
+    h0, c0 = (hx[0], hx[1]) if cell is CellKind.LSTM else (hx, None)
+    if len(_val(x).shape) != 2:
+        raise SpecError(node.name, "input", f"expected [batch, input], got {tuple(_val(x).shape)}")
+    named = {
+        "weight_ih": a["w_ih"],
+        "weight_hh": a["w_hh"],
+        "bias_ih": a["b_ih"],
+        "bias_hh": a["b_hh"],
+    }
+    named = {k: _weight(node, v, constant_of, k) for k, v in named.items() if v is not None}
+    lw = gate_order.from_torch(cell, named)
+    users = _getitem_users(node) if cell is CellKind.LSTM else {1: [node]}
+    spec = RecurrentSpec(
+        name=node.name,
+        cell=cell,
+        input_size=int(_val(x).shape[-1]),
+        hidden_size=lw.r.shape[0] // cell.num_gates,
+        layout=IOLayout(batch_first=False, y_directions_axis=False, state_batch_first=False),
+        activations=None if acts is None else (acts,),
+        seq_len=1,
+        has_initial_h=not _is_zeros(h0, constant_of),
+        has_initial_c=c0 is not None and not _is_zeros(c0, constant_of),
+        want_y=False,
+        want_h=0 in users if cell is CellKind.LSTM else True,
+        want_c=cell is CellKind.LSTM and 1 in users,
+    )
+    return (
+        spec,
+        [[lw]],
+        x,
+        (h0 if spec.has_initial_h else None),
+        (c0 if spec.has_initial_c else None),
+    )
+
+
+def _getitem_users(node: Node) -> dict[int, list[Node]]:
+    users: dict[int, list[Node]] = {}
+    for u in node.users:
+        if u.op == "call_function" and u.target is operator.getitem:
+            if u.users:
+                users.setdefault(u.args[1], []).append(u)
+        else:
+            raise SpecError(node.name, "outputs", f"used by {u.name} other than through getitem")
+    return users
+
+
+# --- rewriting ------------------------------------------------------------------------------
+
+
+def _module_prefix(node: Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return path.replace("L['self'].", "").replace("L__self__", "")
+
+
+def _replace(
+    graph: Graph, node: Node, sink: ConstantSink, constant_of: ConstantOf, strategy: str
+) -> list[Node]:
+    """Emit `node`'s math before it, rewire its users, erase it; returns the emitted nodes."""
+    is_cell = node.target in CELL_OPS
+    if node.target in PACKED_OPS:
+        raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
+    spec, weights, x, h0, c0 = (_cell_problem if is_cell else _sequence_problem)(node, constant_of)
+    dtype = _val(x).dtype
+    b = FxBuilder(graph, sink, meta_from=node, dtype=dtype)
+    with graph.inserting_before(node):
+        if is_cell:  # one step of a sequence: [B, I] -> [1, B, I], states [1, B, H]
+            x, h0, c0 = (None if v is None else b.unsqueeze(v, 0) for v in (x, h0, c0))
+        if is_cell:
+            out = passes.emit_step(b, spec, weights, x, h0, c0)
+        else:
+            out = passes.emit(b, spec, weights, x, h0, c0, strategy=strategy)
+        results = {0: out.y, 1: out.h, 2: out.c}
+        if is_cell:
+            results = {0: out.h, 1: out.c} if spec.cell is CellKind.LSTM else {0: out.h}
+            results = {k: None if v is None else b.squeeze(v, 0) for k, v in results.items()}
+    if is_cell and spec.cell is not CellKind.LSTM:
+        node.replace_all_uses_with(results[0])
+    else:
+        for u in list(node.users):
+            if u.users:
+                u.replace_all_uses_with(results[u.args[1]])
+            graph.erase_node(u)
+    args = [a for a in node.all_input_nodes]
+    graph.erase_node(node)
+    _erase_dead(graph, args)
+    return b.nodes
+
+
+def _erase_dead(graph: Graph, nodes: list[Node]) -> None:
+    """Erase producers left without users (export's `aten.zeros` states), recursively."""
+    todo = list(nodes)
+    while todo:
+        n = todo.pop()
+        if n.graph is graph and not n.users and n.op == "call_function" and not n.is_impure():
+            todo.extend(n.all_input_nodes)
+            graph.erase_node(n)
+
+
+# --- ExportedProgram -------------------------------------------------------------------------
+
+
+def _program_constant_of(ep: ExportedProgram) -> ConstantOf:
+    sig = ep.graph_signature
+
+    def constant_of(n: Node) -> Optional[torch.Tensor]:
+        if n.op != "placeholder":
+            return None
+        if n.name in sig.inputs_to_parameters:
+            return ep.state_dict[sig.inputs_to_parameters[n.name]]
+        if n.name in sig.inputs_to_buffers:
+            target = sig.inputs_to_buffers[n.name]
+            if target in sig.buffers_to_mutate.values():
+                return None
+            return ep.state_dict.get(target, ep.constants.get(target))
+        if n.name in sig.inputs_to_lifted_tensor_constants:
+            return ep.constants[sig.inputs_to_lifted_tensor_constants[n.name]]
+        return None
+
+    return constant_of
+
+
+def decompose_recurrent(ep: ExportedProgram, strategy: str = "unrolled") -> ExportedProgram:
+    """A copy of `ep` with every recurrent op replaced by the core's emission.
+
+    The new weights are PARAMETERs of the returned program (in its state_dict), so
+    `.module()`, torch.export.save/load, the PT2E quantizer and ExecuTorch's passes
+    treat them as weights. Returns `ep` itself when it holds no recurrent op.
+    """
+    if not has_recurrent_ops(ep.graph):
+        return ep
+    ep = copy.deepcopy(ep)
+    gm, graph = ep.graph_module, ep.graph
+    old_specs = list(ep.graph_signature.input_specs)
+    state_dict, constants = dict(ep.state_dict), dict(ep.constants)
+    sink = ProgramConstants(graph, fake_mode_of(graph), state_dict, constants, old_specs)
+    constant_of = _program_constant_of(ep)
+    replaced_args: set[Node] = set()
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target in TARGET_OPS:
+            replaced_args.update(n for n in node.all_input_nodes if n.op == "placeholder")
+            sink.prefix = _module_prefix(node)
+            _replace(graph, node, sink, constant_of, strategy)
+
+    # Drop weights nobody reads any more (the recurrent ops' own parameters).
+    by_name = {s.arg.name: s for s in old_specs if isinstance(s.arg, TensorArgument)}
+    for n in replaced_args:
+        spec = by_name.get(n.name)
+        if n.users or spec is None or spec.kind is InputKind.USER_INPUT:
+            continue
+        # (mutable buffers never get here: they are not constants, so _weight refused them)
+        state_dict.pop(spec.target, None)
+        constants.pop(spec.target, None)
+        graph.erase_node(n)
+
+    input_specs = []
+    for n in graph.find_nodes(op="placeholder"):
+        input_specs.append(by_name.get(n.name) or sink.input_specs[n.name])
+    outputs = graph.output_node().args[0]
+    output_specs = [
+        OutputSpec(s.kind, TensorArgument(o.name), s.target)
+        if isinstance(s.arg, TensorArgument)
+        else s
+        for s, o in zip(ep.graph_signature.output_specs, outputs)
+    ]
+    gm.recompile()
+    return ExportedProgram(
+        root=gm,
+        graph=graph,
+        graph_signature=ExportGraphSignature(input_specs, output_specs),
+        state_dict=state_dict,
+        range_constraints=ep.range_constraints,
+        module_call_graph=ep.module_call_graph,
+        example_inputs=ep.example_inputs,
+        constants=constants,
+        verifiers=ep.verifiers,
+    )
+
+
+# --- bare GraphModule ------------------------------------------------------------------------
+
+
+def _module_constant_of(gm: GraphModule) -> ConstantOf:
+    def constant_of(n: Node) -> Optional[torch.Tensor]:
+        if n.op != "get_attr":
+            return None
+        obj = gm
+        for part in n.target.split("."):
+            obj = getattr(obj, part)
+        return obj if isinstance(obj, torch.Tensor) else None
+
+    return constant_of
+
+
+def decompose_graph_module(
+    gm: GraphModule, strategy: str = "unrolled", allowed: Callable[[Node], bool] = lambda n: True
+) -> bool:
+    """Replace the recurrent ops of a GraphModule in place (weights as get_attr); True if any."""
+    graph = gm.graph
+    nodes = [
+        n for n in graph.nodes if n.op == "call_function" and n.target in TARGET_OPS and allowed(n)
+    ]
+    if not nodes:
+        return False
+    sink = ModuleConstants(gm, fake_mode_of(graph))
+    constant_of = _module_constant_of(gm)
+    for node in nodes:
+        weights = [n for n in node.all_input_nodes if n.op == "get_attr"]
+        _replace(graph, node, sink, constant_of, strategy)
+        for w in weights:
+            if not w.users:
+                graph.erase_node(w)
+    graph.lint()
+    gm.recompile()
+    return True

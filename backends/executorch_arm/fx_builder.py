@@ -1,0 +1,310 @@
+"""The core's `Builder`, writing ATen nodes into a torch.fx graph (ExportedProgram or GraphModule).
+
+Ops are the ones ExecuTorch's Arm backend keeps and its quantizer annotates, as in
+its own `DecomposeGruPass`:
+
+  linear      aten.linear (kept whole by the Arm partitioner, FP and INT)
+  elementwise aten.add/sub/mul/div.Tensor, sigmoid, tanh, relu, exp, log, abs, clamp
+  select      aten.lt.Tensor / lt.Scalar / gt.Scalar, aten.where.self
+  shape       aten.slice.Tensor, cat, squeeze.dims, unsqueeze, permute
+
+Every new node gets `meta["val"]` computed by running its op on the arguments' fake
+tensors in the graph's own fake mode (symbolic batch sizes stay symbolic), plus the
+provenance keys (`stack_trace`, `nn_module_stack`, ...) of the node it replaces.
+
+Weights go through a `ConstantSink`: `ProgramConstants` makes parameter placeholders
+(state_dict + graph-signature entries, as torch.export represents parameters) for an
+ExportedProgram; `ModuleConstants` makes `get_attr` nodes for a bare GraphModule (what
+the PT2E quantizer and the Arm transform-for-annotation passes see). Identical arrays
+share one constant.
+
+Scalar constants stay Python numbers where ATen takes a Scalar operand
+(`add(x, 0.5)`), so no 0-d tensors reach the backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import hashlib
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+from torch.fx import Graph, GraphModule, Node
+from torch.utils import _pytree as pytree
+
+from recurrent_lowering.passes.builder import SELECT, Builder
+
+aten = torch.ops.aten
+
+# Provenance copied from the replaced node onto every node emitted for it.
+PROVENANCE_KEYS = (
+    "stack_trace",
+    "nn_module_stack",
+    "source_fn_stack",
+    "torch_fn",
+    "custom",
+    "fwd_nn_module_stack",
+    "disallow_tfa",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scalar:
+    """A 0-d constant, kept as a Python number until an op needs a tensor."""
+
+    value: float
+
+
+def fake_mode_of(graph: Graph):
+    """The FakeTensorMode the graph's `meta["val"]`s were made in."""
+    from torch._guards import detect_fake_mode
+
+    vals = [n.meta.get("val") for n in graph.nodes]
+    mode = detect_fake_mode([v for v in vals if v is not None])
+    if mode is None:
+        raise ValueError(
+            "graph has no fake tensors in node.meta['val']; run torch.export.export first"
+        )
+    return mode
+
+
+def _key(t: torch.Tensor, kind: InputKind) -> tuple:
+    data = t.detach().contiguous().numpy().tobytes()
+    return (kind, tuple(t.shape), str(t.dtype), hashlib.sha1(data).hexdigest())
+
+
+class ConstantSink(abc.ABC):
+    """Where a builder's constant tensors live; returns the node that reads one."""
+
+    def __init__(self, graph: Graph, fake_mode):
+        self.graph = graph
+        self.fake_mode = fake_mode
+        self._cache: dict = {}
+
+    def get(self, t: torch.Tensor, name: str, kind: InputKind) -> Node:
+        key = _key(t, kind)
+        node = self._cache.get(key)
+        if node is None or node.graph is not self.graph:
+            node = self._cache[key] = self._create(t, name, kind)
+            node.meta["val"] = self.fake_mode.from_tensor(t, static_shapes=True)
+        return node
+
+    @abc.abstractmethod
+    def _create(self, t: torch.Tensor, name: str, kind: InputKind) -> Node: ...
+
+
+class ProgramConstants(ConstantSink):
+    """Lifted constants of an ExportedProgram's graph: placeholders plus signature entries.
+
+    Weights become PARAMETERs (in `state_dict`), other tensors lifted CONSTANT_TENSORs
+    (in `constants`). `input_specs` collects the new entries; the caller rebuilds the
+    graph signature from them (see decompose.py).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        fake_mode,
+        state_dict: dict,
+        constants: dict,
+        old_specs: Sequence[InputSpec],
+        prefix: str = "",
+    ):
+        super().__init__(graph, fake_mode)
+        self.state_dict, self.constants, self.prefix = state_dict, constants, prefix
+        self.input_specs: dict[str, InputSpec] = {}  # new placeholders only
+        self._old_specs = {s.arg.name: s for s in old_specs if isinstance(s.arg, TensorArgument)}
+
+    def _unique_target(self, name: str) -> str:
+        base = f"{self.prefix}.{name}" if self.prefix else name
+        target, k = base, 0
+        while target in self.state_dict or target in self.constants:
+            k += 1
+            target = f"{base}_{k}"
+        return target
+
+    def _anchor(self, kind: InputKind) -> Node:
+        """Parameters go before the first non-parameter placeholder, constants before inputs."""
+        stop = (
+            {InputKind.PARAMETER}
+            if kind is InputKind.PARAMETER
+            else {InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR}
+        )
+        for n in self.graph.nodes:
+            if n.op != "placeholder":
+                return n
+            spec = self.input_specs.get(n.name) or self._old_specs.get(n.name)
+            if spec is None or spec.kind not in stop:
+                return n
+        raise AssertionError("graph has no nodes")
+
+    def _create(self, t: torch.Tensor, name: str, kind: InputKind) -> Node:
+        target = self._unique_target(name)
+        letter = "p" if kind is InputKind.PARAMETER else "c"
+        with self.graph.inserting_before(self._anchor(kind)):
+            node = self.graph.placeholder(f"{letter}_{target.replace('.', '_')}")
+        node.target = node.name
+        if kind is InputKind.PARAMETER:
+            self.state_dict[target] = torch.nn.Parameter(t, requires_grad=False)
+        else:
+            self.constants[target] = t
+        self.input_specs[node.name] = InputSpec(kind, TensorArgument(node.name), target, None)
+        return node
+
+
+class ModuleConstants(ConstantSink):
+    """Attributes of a bare GraphModule read by `get_attr` nodes (PT2E / Arm TFA graphs)."""
+
+    def __init__(self, module: GraphModule, fake_mode, prefix: str = "rl"):
+        super().__init__(module.graph, fake_mode)
+        self.module, self.prefix = module, prefix
+
+    def _create(self, t: torch.Tensor, name: str, kind: InputKind) -> Node:
+        base = f"{self.prefix}_{name}".replace(".", "_")
+        attr, k = base, 0
+        while hasattr(self.module, attr):
+            k += 1
+            attr = f"{base}_{k}"
+        if kind is InputKind.PARAMETER:
+            self.module.register_parameter(attr, torch.nn.Parameter(t, requires_grad=False))
+        else:
+            self.module.register_buffer(attr, t)
+        first = next(n for n in self.graph.nodes if n.op != "placeholder")
+        with self.graph.inserting_before(first):
+            return self.graph.get_attr(attr)
+
+
+class FxBuilder(Builder):
+    """Emits ATen call_function nodes at the graph's current insertion point."""
+
+    capabilities = frozenset({SELECT})
+
+    def __init__(
+        self,
+        graph: Graph,
+        constants: ConstantSink,
+        meta_from: Optional[Node] = None,
+        dtype: torch.dtype = torch.float32,
+    ):
+        self.graph, self.sink, self.torch_dtype = graph, constants, dtype
+        # numpy float dtype the core folds constants in (read by passes.sequence)
+        self.dtype = np.float64 if dtype == torch.float64 else np.float32
+        self.fake_mode = constants.fake_mode
+        self.meta = {}
+        if meta_from is not None:
+            self.meta = {k: meta_from.meta[k] for k in PROVENANCE_KEYS if k in meta_from.meta}
+        self.nodes: list[Node] = []  # every call_function emitted, in order
+        self._n_weights = 0
+
+    # --- plumbing -----------------------------------------------------------------------
+    def call(self, target, *args, **kwargs) -> Node:
+        """One ATen node with provenance and a fake `val`."""
+        node = self.graph.call_function(target, args, kwargs)
+        node.meta.update(self.meta)
+        fake_args, fake_kwargs = pytree.tree_map_only(Node, lambda n: n.meta["val"], (args, kwargs))
+        with self.fake_mode:
+            node.meta["val"] = target(*fake_args, **fake_kwargs)
+        self.nodes.append(node)
+        return node
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        a = np.asarray(array)
+        t = torch.from_numpy(np.ascontiguousarray(a).copy())
+        return t.to(self.torch_dtype) if t.is_floating_point() else t
+
+    def _weight(self, array: np.ndarray, role: str) -> Node:
+        self._n_weights += 1
+        return self.sink.get(self._tensor(array), f"{role}_{self._n_weights}", InputKind.PARAMETER)
+
+    def _node(self, v: Any) -> Node:
+        """A tensor node for a value that may still be a Scalar."""
+        if isinstance(v, Scalar):
+            t = torch.tensor([v.value], dtype=self.torch_dtype)
+            return self.sink.get(t, "scalar", InputKind.CONSTANT_TENSOR)
+        return v
+
+    # --- constants and linear algebra -----------------------------------------------------
+    def constant(self, array, name=""):
+        a = np.asarray(array)
+        if a.ndim == 0 and a.dtype.kind == "f":
+            return Scalar(float(a))
+        return self.sink.get(self._tensor(a), name or "const", InputKind.CONSTANT_TENSOR)
+
+    def linear(self, x, weight, bias=None):
+        w = self._weight(weight, "weight")
+        b = None if bias is None else self._weight(bias, "bias")
+        return self.call(aten.linear.default, self._node(x), w, b)
+
+    def matmul(self, a, b):
+        return self.call(aten.matmul.default, self._node(a), self._node(b))
+
+    # --- elementwise ------------------------------------------------------------------------
+    def _binary(self, op, a, b, commutes: bool):
+        if isinstance(a, Scalar) and isinstance(b, Scalar):
+            return Scalar(float(op(torch.tensor(a.value), torch.tensor(b.value))))
+        if isinstance(a, Scalar) and commutes:
+            a, b = b, a
+        return self.call(op, self._node(a), b.value if isinstance(b, Scalar) else b)
+
+    def add(self, a, b):
+        return self._binary(aten.add.Tensor, a, b, True)
+
+    def sub(self, a, b):
+        return self._binary(aten.sub.Tensor, a, b, False)
+
+    def mul(self, a, b):
+        return self._binary(aten.mul.Tensor, a, b, True)
+
+    def div(self, a, b):
+        return self._binary(aten.div.Tensor, a, b, False)
+
+    def sigmoid(self, x):
+        return self.call(aten.sigmoid.default, self._node(x))
+
+    def tanh(self, x):
+        return self.call(aten.tanh.default, self._node(x))
+
+    def relu(self, x):
+        return self.call(aten.relu.default, self._node(x))
+
+    def exp(self, x):
+        return self.call(aten.exp.default, self._node(x))
+
+    def log(self, x):
+        return self.call(aten.log.default, self._node(x))
+
+    def abs(self, x):
+        return self.call(aten.abs.default, self._node(x))
+
+    def clamp(self, x, lo, hi):
+        return self.call(aten.clamp.default, self._node(x), lo, hi)
+
+    # --- shape ------------------------------------------------------------------------------
+    def slice(self, x, axis, start, end):
+        return self.call(aten.slice.Tensor, self._node(x), axis, start, end)
+
+    def concat(self, xs, axis):
+        return self.call(aten.cat.default, [self._node(x) for x in xs], axis)
+
+    def squeeze(self, x, axis):
+        return self.call(aten.squeeze.dims, self._node(x), [axis])
+
+    def unsqueeze(self, x, axis):
+        return self.call(aten.unsqueeze.default, self._node(x), axis)
+
+    def transpose(self, x, perm):
+        return self.call(aten.permute.default, self._node(x), list(perm))
+
+    # --- selection --------------------------------------------------------------------------
+    def less(self, a, b):
+        if isinstance(a, Scalar) and not isinstance(b, Scalar):
+            return self.call(aten.gt.Scalar, b, a.value)
+        if isinstance(b, Scalar) and not isinstance(a, Scalar):
+            return self.call(aten.lt.Scalar, a, b.value)
+        return self.call(aten.lt.Tensor, self._node(a), self._node(b))
+
+    def where(self, cond, a, b):
+        return self.call(aten.where.self, self._node(cond), self._node(a), self._node(b))
