@@ -11,8 +11,7 @@ import pytest
 
 from recurrent_lowering.passes import emit
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
-
-from .torch_ref import make_module, run_module, spec_and_weights
+from recurrent_lowering.tests.core.torch_ref import make_module, run_module, spec_and_weights
 
 KINDS = ("GRU", "LSTM", "RNN_TANH", "RNN_RELU")
 FULL = [
