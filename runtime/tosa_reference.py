@@ -1,0 +1,81 @@
+"""Run a serialized TOSA graph on the TOSA reference model (tosa-tools' Python binding).
+
+The reference model is the numerical ground truth for what an Ethos-U (or any TOSA consumer)
+should compute, so comparing its outputs to torch eager checks a lowering without hardware.
+Inputs are matched to the graph's inputs by position. For a quantized graph (int8/int16 I/O)
+pass float inputs together with `input_quant` (they are quantized here) or pass integer arrays
+directly; `output_quant` dequantizes the integer outputs back to float.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import tosa_flatbuffer
+from .quantization import QuantParams
+
+
+class TosaReferenceError(RuntimeError):
+    """The reference model rejected the graph or its inputs."""
+
+
+def _prepare_input(
+    info: tosa_flatbuffer.TensorInfo, value: np.ndarray, quant: Optional[QuantParams]
+) -> np.ndarray:
+    value = np.asarray(value)
+    if tuple(value.shape) != info.shape:
+        raise ValueError(
+            f"input {info.name}: shape {tuple(value.shape)} does not match graph shape {info.shape}"
+        )
+    target = info.numpy_dtype
+    if np.issubdtype(target, np.integer) and np.issubdtype(value.dtype, np.floating):
+        if quant is None:
+            raise ValueError(
+                f"input {info.name}: graph takes {info.tosa_dtype} but a float array was given "
+                "without quantization parameters (input_quant)"
+            )
+        value = quant.quantize(value)
+    if np.issubdtype(target, np.integer) and np.issubdtype(value.dtype, np.integer):
+        bounds = np.iinfo(target)
+        if value.size and (value.min() < bounds.min or value.max() > bounds.max):
+            raise ValueError(f"input {info.name}: values out of range for {info.tosa_dtype}")
+    return np.ascontiguousarray(value.astype(target, copy=False))
+
+
+def run(
+    tosa: tosa_flatbuffer.TosaSource,
+    inputs: Sequence[np.ndarray],
+    *,
+    input_quant: Optional[Sequence[Optional[QuantParams]]] = None,
+    output_quant: Optional[Sequence[Optional[QuantParams]]] = None,
+    precise_mode: bool = False,
+) -> list[np.ndarray]:
+    """Outputs of the TOSA graph `tosa` (bytes or .tosa path) for numpy `inputs`.
+
+    With `output_quant[i]` set, output i is dequantized to float32; otherwise it is returned in
+    the graph's own element type (e.g. int8). `precise_mode` computes float ops in fp64.
+    """
+    import tosa_reference_model
+
+    buf = tosa_flatbuffer.load_bytes(tosa)
+    in_infos, out_infos = tosa_flatbuffer.graph_io(buf)
+    if len(inputs) != len(in_infos):
+        names = [i.name for i in in_infos]
+        raise ValueError(f"TOSA graph takes {len(in_infos)} inputs {names}, got {len(inputs)}")
+    input_quant = list(input_quant or [None] * len(in_infos))
+    output_quant = list(output_quant or [None] * len(out_infos))
+    if len(input_quant) != len(in_infos) or len(output_quant) != len(out_infos):
+        raise ValueError("input_quant/output_quant must have one entry per graph input/output")
+    arrays = [_prepare_input(i, v, q) for i, v, q in zip(in_infos, inputs, input_quant)]
+    outputs, status = tosa_reference_model.run(
+        buf, arrays, precise_mode=int(precise_mode), initialize_variable_tensor_from_numpy=1
+    )
+    if status != tosa_reference_model.GraphStatus.TOSA_VALID:
+        raise TosaReferenceError(f"TOSA reference model returned {status.name}")
+    results = []
+    for info, out, quant in zip(out_infos, outputs, output_quant):
+        out = np.asarray(out).reshape(info.shape)
+        results.append(quant.dequantize(out) if quant is not None else out)
+    return results
