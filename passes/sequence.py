@@ -29,7 +29,7 @@ import numpy as np
 from .builder import Builder, Value
 from .cells import STEP, CellParams, prepare
 from .emitter import Emitter, Expr
-from .spec import LayerWeights, RecurrentSpec
+from .spec import Direction, LayerWeights, RecurrentSpec
 from .validate import validate
 
 
@@ -194,7 +194,7 @@ class _Stack:
                     (self._initial(e, c0, idx),) if p.state_size == 2 else ()
                 )
                 run = self._loop if self.loop else self._unrolled
-                y, final = run(e, p, xp_d, state, reverse=d == 1, want_y=want_y)
+                y, final = run(e, p, xp_d, state, reverse=self._reverse(d), want_y=want_y)
                 ys.append(y)
                 finals.append(final)
             if not last:
@@ -204,6 +204,9 @@ class _Stack:
             h=self._layout_states([f[0] for f in finals]) if spec.want_h else None,
             c=self._layout_states([f[1] for f in finals]) if spec.want_c else None,
         )
+
+    def _reverse(self, d: int) -> bool:
+        return d == 1 or self.spec.direction is Direction.REVERSE
 
     def _projection(self, x, cells: Sequence[CellParams]):
         """x W^T + b for all timesteps and directions of a layer: one linear."""
