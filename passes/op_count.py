@@ -1,0 +1,115 @@
+"""A Builder that only records which ops the core emits: op counts to assert and publish.
+
+Values are opaque tokens; nothing is computed. `ops` lists every call in order (constants
+included, marked as such); a scan records one "scan" op and keeps its body's ops in
+`bodies`, so per-iteration counts are visible too.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+from .builder import SCAN, SELECT, Builder
+
+CONSTANT = "constant"
+
+
+class _Token:
+    __slots__ = ("op",)
+
+    def __init__(self, op: str):
+        self.op = op
+
+    def __repr__(self):
+        return f"<{self.op}>"
+
+
+class CountingBuilder(Builder):
+    def __init__(self, capabilities=frozenset({SELECT, SCAN})):
+        self.capabilities = frozenset(capabilities)
+        self.ops: list[str] = []
+        self.linears: list[tuple] = []  # weight shapes of every linear, in order
+        self.bodies: list["CountingBuilder"] = []
+
+    def _op(self, name: str) -> _Token:
+        self.ops.append(name)
+        return _Token(name)
+
+    def counts(self) -> collections.Counter:
+        """Ops by name, constants left out (they are data, not work)."""
+        return collections.Counter(op for op in self.ops if op != CONSTANT)
+
+    def total(self) -> int:
+        return sum(self.counts().values())
+
+    def constant(self, array, name=""):
+        return self._op(CONSTANT)
+
+    def linear(self, x, weight, bias=None):
+        self.linears.append(tuple(weight.shape))
+        return self._op("linear")
+
+    def matmul(self, a, b):
+        return self._op("matmul")
+
+    def add(self, a, b):
+        return self._op("add")
+
+    def sub(self, a, b):
+        return self._op("sub")
+
+    def mul(self, a, b):
+        return self._op("mul")
+
+    def div(self, a, b):
+        return self._op("div")
+
+    def sigmoid(self, x):
+        return self._op("sigmoid")
+
+    def tanh(self, x):
+        return self._op("tanh")
+
+    def relu(self, x):
+        return self._op("relu")
+
+    def exp(self, x):
+        return self._op("exp")
+
+    def log(self, x):
+        return self._op("log")
+
+    def abs(self, x):
+        return self._op("abs")
+
+    def clamp(self, x, lo: Optional[float], hi: Optional[float]):
+        return self._op("clamp")
+
+    def slice(self, x, axis, start, end):
+        return self._op("slice")
+
+    def concat(self, xs, axis):
+        return self._op("concat")
+
+    def squeeze(self, x, axis):
+        return self._op("squeeze")
+
+    def unsqueeze(self, x, axis):
+        return self._op("unsqueeze")
+
+    def transpose(self, x, perm):
+        return self._op("transpose")
+
+    def less(self, a, b):
+        return self._op("less")
+
+    def where(self, cond, a, b):
+        return self._op("where")
+
+    def scan(self, body, carried, xs, reverse=False):
+        inner = CountingBuilder(self.capabilities)
+        self.bodies.append(inner)
+        new_carried, ys = body(inner, list(carried), [_Token("x") for _ in xs])
+        self._op("scan")
+        return [_Token("carried") for _ in new_carried], [_Token("ys") for _ in ys]
