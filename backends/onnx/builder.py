@@ -116,6 +116,7 @@ class OnnxBuilder(Builder):
         if self.float_dtype not in FLOAT_TYPES:
             raise ValueError(f"unsupported float dtype {self.float_dtype}")
         self.float_type = FLOAT_TYPES[self.float_dtype]
+        self.dtype = self.float_dtype  # the core's emitter reads `dtype` for its constants
         self.opset = opset
         self.names = names
         self.pool = pool or ConstantPool(names, prefix)
@@ -163,6 +164,12 @@ class OnnxBuilder(Builder):
 
     def _scalar(self, value: float) -> str:
         return self.constant(np.asarray(value, dtype=self.float_dtype), "scalar")
+
+    def cast(self, x: Value, elem_type: int) -> Value:
+        """Not part of the core's interface: the adapter's own type adjustments."""
+        if self.elem_type(x) == elem_type:
+            return x
+        return self._node("Cast", [x], elem_type, self.shape(x), to=elem_type)
 
     # --- constants and linear algebra -------------------------------------------------------
     def constant(self, array: np.ndarray, name: str = "") -> Value:
@@ -393,8 +400,9 @@ class OnnxBuilder(Builder):
         if xs and self.shape(xs[0]) is not None:
             steps = self.shape(xs[0])[0]
         attrs = {"body": graph, "num_scan_inputs": len(xs)}
-        if reverse:
+        if reverse and xs:
             attrs["scan_input_directions"] = [1] * len(xs)
+        if reverse and ys:
             attrs["scan_output_directions"] = [1] * len(ys)
         n_out = len(new_carried) + len(ys)
         outputs = [self.names.new(f"{self.prefix}/Scan") for _ in range(n_out)]

@@ -1,0 +1,282 @@
+"""Replace every ONNX GRU/LSTM/RNN node of a model with elementary ops.
+
+Each node (also inside If/Loop/Scan bodies) is read into a core spec, the core emits
+the recurrence through `OnnxBuilder`, and the emitted nodes take the original node's
+place; Identity nodes carry the original output names, so consumers, graph outputs
+and value_info stay valid. Weights become new initializers of the top-level graph;
+the constants only the replaced nodes used are then removed. Nothing else changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+
+import onnx
+from onnx import TensorProto
+
+from recurrent_lowering import passes
+from recurrent_lowering.passes.spec import SpecError
+
+from .builder import ConstantPool, Names, OnnxBuilder
+from .constants import Scope
+from .reader import RECURRENT_OPS, OnnxReadError, read_node
+
+STRATEGIES = ("auto", "unrolled", "scan")
+
+
+def _graphs_of(node: onnx.NodeProto):
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def _all_graphs(graph: onnx.GraphProto):
+    yield graph
+    for node in graph.node:
+        for sub in _graphs_of(node):
+            yield from _all_graphs(sub)
+
+
+def _all_names(model: onnx.ModelProto) -> set:
+    names = set()
+    for g in _all_graphs(model.graph):
+        names.add(g.name)
+        names.update(i.name for i in g.input)
+        names.update(o.name for o in g.output)
+        names.update(v.name for v in g.value_info)
+        names.update(t.name for t in g.initializer)
+        for n in g.node:
+            names.add(n.name)
+            names.update(n.input)
+            names.update(n.output)
+    return names
+
+
+def _shape_of(value_info: onnx.ValueInfoProto):
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return t.elem_type, None
+    return t.elem_type, tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+
+
+def _known_types(model: onnx.ModelProto) -> dict:
+    """name -> (elem_type, shape) from shape inference over all graphs."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - fall back to what the model declares
+        inferred = model
+    types = {}
+    for g in _all_graphs(inferred.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type"):
+                types.setdefault(vi.name, _shape_of(vi))
+        for t in g.initializer:
+            types.setdefault(t.name, (t.data_type, tuple(t.dims)))
+    return types
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    raise ValueError("model has no default-domain opset import")
+
+
+def _prefix(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_./:-]", "_", label)
+
+
+class _Rewriter:
+    def __init__(self, model, strategy, activation_defaults, linear_mode):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        self.model = model
+        self.strategy = strategy
+        self.activation_defaults = activation_defaults
+        self.linear_mode = linear_mode
+        self.opset = _default_opset(model)
+        self.types = _known_types(model)
+        self.names = Names(_all_names(model))
+        self.pool = ConstantPool(self.names, "rl")
+        self.replaced_inputs: list = []  # weight names the removed nodes consumed
+        self.count = 0
+
+    def run(self) -> int:
+        self._graph(self.model.graph, Scope(self.model.graph, self.model.opset_import))
+        self.model.graph.initializer.extend(self.pool.initializers)
+        if self.count:
+            _remove_dead(self.model, self.replaced_inputs)
+        return self.count
+
+    def _graph(self, graph: onnx.GraphProto, scope: Scope):
+        new_nodes, changed = [], False
+        for node in graph.node:
+            for sub in _graphs_of(node):
+                self._graph(sub, scope.child(sub))
+            if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
+                new_nodes.extend(self._replace(node, scope))
+                self.count += 1
+                changed = True
+            else:
+                kept = onnx.NodeProto()
+                kept.CopyFrom(node)
+                new_nodes.append(kept)
+        if changed:
+            del graph.node[:]
+            graph.node.extend(new_nodes)
+
+    def _declare(self, builder: OnnxBuilder, name: str, default_type: int, default_shape):
+        elem, shape = self.types.get(name, (None, None))
+        builder.declare(name, elem or default_type, shape if shape is not None else default_shape)
+        return name
+
+    def _replace(self, node: onnx.NodeProto, scope: Scope) -> list:
+        read = read_node(node, scope.value, self.activation_defaults)
+        spec = read.spec
+        builder = OnnxBuilder(
+            _prefix(spec.name),
+            read.float_dtype,
+            self.opset,
+            self.names,
+            self.pool,
+            self.linear_mode,
+        )
+        float_type = builder.float_type
+        batch_first = spec.layout.batch_first
+        x_shape = (None, None, spec.input_size)
+        x = self._declare(builder, read.x, float_type, x_shape)
+        if builder.shape(x) is not None and len(builder.shape(x)) != 3:
+            raise OnnxReadError(spec.name, "X", f"must have rank 3, got shape {builder.shape(x)}")
+        time_axis = 1 if batch_first else 0
+        steps = builder.static_dim(x, time_axis)
+        strategy = self.strategy
+        if strategy == "auto":
+            strategy = "unrolled" if steps is not None else "scan"
+        if strategy == "unrolled" and steps is None:
+            raise OnnxReadError(
+                spec.name, "X", "strategy 'unrolled' needs a static sequence length; use 'scan'"
+            )
+        spec = dataclasses.replace(spec, seq_len=steps)
+        state_shape = (None, spec.num_directions, spec.hidden_size)
+        if not batch_first:
+            state_shape = (spec.num_directions, None, spec.hidden_size)
+        h0 = c0 = None
+        if read.initial_h:
+            h0 = self._declare(builder, read.initial_h, float_type, state_shape)
+        if read.initial_c:
+            c0 = self._declare(builder, read.initial_c, float_type, state_shape)
+        seq = read.sequence_lens
+        if isinstance(seq, str):
+            seq = self._declare(builder, seq, TensorProto.INT32, (None,))
+            seq = builder.cast(seq, TensorProto.INT64)  # the core compares with int64 steps
+        try:
+            out = passes.emit(
+                builder, spec, read.weights, x, h0, c0, sequence_lens=seq, strategy=strategy
+            )
+        except SpecError:
+            raise
+        except NotImplementedError as e:
+            raise OnnxReadError(spec.name, "opset", f"needs an op this opset lacks: {e}") from e
+        for emitted, name in zip((out.y, out.h, out.c), read.outputs):
+            if name:
+                if emitted is None:
+                    raise OnnxReadError(spec.name, "outputs", f"the core did not emit {name!r}")
+                builder.nodes.append(
+                    onnx.helper.make_node(
+                        "Identity", [emitted], [name], name=self.names.new(f"{builder.prefix}/out")
+                    )
+                )
+        self.replaced_inputs.extend(i for i in list(node.input)[1:4] + list(node.input)[7:8] if i)
+        if not isinstance(read.sequence_lens, str) and len(node.input) > 4 and node.input[4]:
+            self.replaced_inputs.append(node.input[4])
+        return builder.nodes
+
+
+def _remove_dead(model: onnx.ModelProto, candidates: list) -> None:
+    """Drop initializers and deterministic nodes that only fed the replaced nodes."""
+    graphs = list(_all_graphs(model.graph))
+    kept_names = {i.name for g in graphs for i in g.input} | {o.name for o in model.graph.output}
+    pending = list(dict.fromkeys(candidates))
+    removed = set()
+    while pending:
+        uses = {}
+        for g in graphs:
+            for n in g.node:
+                for i in n.input:
+                    uses[i] = uses.get(i, 0) + 1
+            for o in g.output:
+                uses[o.name] = uses.get(o.name, 0) + 1
+        next_pending = []
+        for name in pending:
+            if uses.get(name) or name in kept_names:
+                continue
+            for g in graphs:
+                inits = [t for t in g.initializer if t.name == name]
+                for t in inits:
+                    g.initializer.remove(t)
+                    removed.add(name)
+                for n in list(g.node):
+                    if name in n.output and not any(_graphs_of(n)):
+                        if all(not uses.get(o) for o in n.output):
+                            g.node.remove(n)
+                            removed.update(n.output)
+                            next_pending.extend(i for i in n.input if i)
+        pending = list(dict.fromkeys(next_pending))
+    for g in graphs:
+        for vi in [v for v in g.value_info if v.name in removed]:
+            g.value_info.remove(vi)
+
+
+def rewrite_model(
+    model: onnx.ModelProto,
+    strategy: str = "auto",
+    activation_defaults: str = "onnxruntime",
+    linear_mode: str = "gemm",
+) -> onnx.ModelProto:
+    """A copy of `model` without GRU/LSTM/RNN nodes.
+
+    strategy: "unrolled" (static T), "scan" (one ONNX Scan per direction), or "auto"
+    (unrolled when the node's sequence length is static, else scan).
+    activation_defaults: "onnxruntime" or "onnx", whose alpha/beta defaults apply when a
+    node omits them (they differ for Affine, ThresholdedRelu and ScaledTanh).
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    _Rewriter(out, strategy, activation_defaults, linear_mode).run()
+    return out
+
+
+def count_recurrent_nodes(model: onnx.ModelProto) -> int:
+    return sum(
+        1
+        for g in _all_graphs(model.graph)
+        for n in g.node
+        if n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx")
+    )
+
+
+def rewrite_file(src: str, dst: str, **options) -> int:
+    """Rewrite the model at `src` into `dst`; returns the number of nodes replaced.
+
+    `src` is only read. `dst` appears complete or not at all: the model is written to a
+    temporary file next to it and renamed into place.
+    """
+    model = onnx.load(src)
+    before = count_recurrent_nodes(model)
+    rewritten = rewrite_model(model, **options)
+    directory = os.path.dirname(os.path.abspath(dst))
+    fd, tmp = tempfile.mkstemp(prefix=".rl-", suffix=".onnx", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(rewritten.SerializeToString())
+        os.replace(tmp, dst)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return before
