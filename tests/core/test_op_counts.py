@@ -1,0 +1,139 @@
+"""Op counts, measured with the CountingBuilder: the minimal numbers docs/core.md publishes.
+
+Per-step counts are the difference between two sequence lengths, so fixed per-layer ops
+(projection, layout) drop out; they are asserted separately.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import numpy as np
+import pytest
+
+from recurrent_lowering.passes import CellKind, Direction, RecurrentSpec, emit
+from recurrent_lowering.passes.op_count import CountingBuilder
+from recurrent_lowering.tests.core.gen import random_weights
+
+C = collections.Counter
+
+# One direction, one timestep, state known; unrolled (the loop body lacks the time slice).
+PER_STEP = {
+    # x_t; h R^T; r,z pre-activations; f over [r|z]; r, z; n = g(x_n + r * hR_n); h' = n + z*(h-n)
+    ("GRU", "lbr=1"): C(slice=6, linear=1, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
+    # x_t; [x_r|x_z] + h R_rz^T; f; r, z; (r*h) R_n^T; x_n + ..; g; h' = n + z*(h-n)
+    ("GRU", "lbr=0"): C(slice=5, linear=2, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
+    # x_t; h R^T; pre; f over [i|f|o]; g; i, f, o; c' = f*c + i*g; h' = o * h(c')
+    ("LSTM", "plain"): C(slice=6, linear=1, add=2, sigmoid=1, tanh=2, mul=3),
+    # f dropped from the projection; c' = c + i * (g - c)
+    ("LSTM", "input_forget"): C(slice=5, linear=1, add=2, sigmoid=1, tanh=2, mul=2, sub=1),
+    # i, f see [c|c]; o sees c' separately
+    ("LSTM", "peephole"): C(slice=6, linear=1, add=4, sigmoid=2, tanh=2, mul=5, concat=1),
+    # projection: one more linear
+    ("LSTM", "proj"): C(slice=6, linear=2, add=2, sigmoid=1, tanh=2, mul=3),
+    ("RNN", "plain"): C(slice=1, linear=1, add=1, tanh=1),
+}
+VARIANTS = {
+    "lbr=1": dict(linear_before_reset=True),
+    "lbr=0": dict(linear_before_reset=False),
+    "plain": {},
+    "input_forget": dict(input_forget=True),
+    "peephole": {},
+    "proj": dict(proj_size=3),
+}
+
+
+def _emit(kind, variant="plain", T=4, D=1, layers=1, init=True, strategy="unrolled", **kw):
+    cell = CellKind(kind)
+    spec = RecurrentSpec(
+        name="counted",
+        cell=cell,
+        input_size=6,
+        hidden_size=4,
+        num_layers=layers,
+        direction=Direction.BIDIRECTIONAL if D == 2 else Direction.FORWARD,
+        seq_len=T,
+        has_initial_h=init,
+        has_initial_c=init and cell is CellKind.LSTM,
+        **{**VARIANTS[variant], **kw},
+    )
+    w = random_weights(spec, np.random.default_rng(0), peephole=variant == "peephole")
+    b = CountingBuilder()
+    lstm = cell is CellKind.LSTM
+    emit(
+        b, spec, w, "x", "h0" if init else None, "c0" if init and lstm else None, strategy=strategy
+    )
+    return spec, b
+
+
+def _per_step(kind, variant, **kw):
+    _, b4 = _emit(kind, variant, T=4, **kw)
+    _, b7 = _emit(kind, variant, T=7, **kw)
+    diff = b7.counts()
+    diff.subtract(b4.counts())
+    assert all(v % 3 == 0 for v in diff.values()), diff
+    return C({k: v // 3 for k, v in diff.items() if v})
+
+
+@pytest.mark.parametrize("kind,variant", PER_STEP, ids=["-".join(k) for k in PER_STEP])
+def test_unrolled_ops_per_step(kind, variant):
+    assert _per_step(kind, variant) == PER_STEP[kind, variant]
+
+
+@pytest.mark.parametrize("kind,variant", PER_STEP, ids=["-".join(k) for k in PER_STEP])
+def test_bidirectional_doubles_per_step_ops(kind, variant):
+    expected = C({k: 2 * v for k, v in PER_STEP[kind, variant].items()})
+    assert _per_step(kind, variant, D=2) == expected
+
+
+@pytest.mark.parametrize("kind,variant", PER_STEP, ids=["-".join(k) for k in PER_STEP])
+def test_loop_body_is_the_step_without_its_time_slice(kind, variant):
+    _, b = _emit(kind, variant, T=5, strategy="scan")
+    (body,) = b.bodies
+    assert body.counts() == PER_STEP[kind, variant] - C(slice=1)
+    assert b.counts()["scan"] == 1
+
+
+@pytest.mark.parametrize("kind", ["GRU", "LSTM", "RNN"])
+def test_clip_adds_one_clamp_per_activation_group(kind):
+    groups = {"GRU": 2, "LSTM": 2, "RNN": 1}[kind]
+    variant = "lbr=1" if kind == "GRU" else "plain"
+    assert _per_step(kind, variant, clip=0.5) == PER_STEP[kind, variant] + C(clamp=groups)
+
+
+@pytest.mark.parametrize(
+    "kind,variant,layers,D,T",
+    [(k, v, L, D, T) for (k, v), L, D, T in itertools.product(PER_STEP, (1, 3), (1, 2), (1, 9))],
+)
+def test_input_projection_is_hoisted(kind, variant, layers, D, T):
+    """Exactly one input-projection linear per layer, for all T and both directions."""
+    spec, b = _emit(kind, variant, T=T, D=D, layers=layers)
+    per_step = PER_STEP[kind, variant]["linear"]
+    per_layer = 1 + T * D * per_step
+    assert b.counts()["linear"] == layers * per_layer
+    # the first linear of each layer is its projection, covering both directions
+    gates = {"GRU": 3, "LSTM": 3 if variant == "input_forget" else 4, "RNN": 1}[kind]
+    projections = b.linears[::per_layer]
+    assert projections == [
+        (D * gates * spec.hidden_size, spec.layer_input_size(layer)) for layer in range(layers)
+    ]
+
+
+@pytest.mark.parametrize("kind,variant", PER_STEP, ids=["-".join(k) for k in PER_STEP])
+def test_zero_initial_state_skips_the_first_recurrent_matmul(kind, variant):
+    _, with_state = _emit(kind, variant, T=3)
+    _, zero = _emit(kind, variant, T=3, init=False)
+    per_step = PER_STEP[kind, variant]["linear"] - (1 if variant == "proj" else 0)
+    assert with_state.counts()["linear"] - zero.counts()["linear"] == per_step
+    assert zero.total() < with_state.total()
+
+
+def test_output_layout_costs_and_unwanted_outputs():
+    # Y [T, D, B, H]: two unsqueezes and a concat; Y_h: a concat of the two final states
+    _, b = _emit("GRU", "lbr=1", T=3, D=2)
+    fixed = b.counts() - C({k: 2 * 3 * v for k, v in PER_STEP["GRU", "lbr=1"].items()})
+    # projection, its split per direction and h0's, Y_d per direction, Y layout, Y_h
+    assert fixed == C(linear=1, slice=2 + 2, concat=2 + 1 + 1, unsqueeze=2)
+    _, b = _emit("GRU", "lbr=1", T=3, D=2, want_y=False)
+    assert b.counts()["unsqueeze"] == 0 and b.counts()["concat"] == 1
