@@ -44,7 +44,9 @@ VARIANTS = {
 }
 
 
-def _emit(kind, variant="plain", T=4, D=1, layers=1, init=True, strategy="unrolled", **kw):
+def _emit(
+    kind, variant="plain", T=4, D=1, layers=1, init=True, strategy="unrolled", lens=None, **kw
+):
     cell = CellKind(kind)
     spec = RecurrentSpec(
         name="counted",
@@ -56,14 +58,14 @@ def _emit(kind, variant="plain", T=4, D=1, layers=1, init=True, strategy="unroll
         seq_len=T,
         has_initial_h=init,
         has_initial_c=init and cell is CellKind.LSTM,
+        has_sequence_lens=lens is not None,
         **{**VARIANTS[variant], **kw},
     )
     w = random_weights(spec, np.random.default_rng(0), peephole=variant == "peephole")
     b = CountingBuilder()
     lstm = cell is CellKind.LSTM
-    emit(
-        b, spec, w, "x", "h0" if init else None, "c0" if init and lstm else None, strategy=strategy
-    )
+    h0, c0 = ("h0" if init else None), ("c0" if init and lstm else None)
+    emit(b, spec, w, "x", h0, c0, lens, strategy=strategy)
     return spec, b
 
 
@@ -137,3 +139,25 @@ def test_output_layout_costs_and_unwanted_outputs():
     assert fixed == C(linear=1, slice=2 + 2, concat=2 + 1 + 1, unsqueeze=2)
     _, b = _emit("GRU", "lbr=1", T=3, D=2, want_y=False)
     assert b.counts()["unsqueeze"] == 0 and b.counts()["concat"] == 1
+
+
+def test_constant_lens_mask_only_the_steps_that_need_it():
+    T = 4
+    _, plain = _emit("GRU", "lbr=1", T=T)
+    _, full = _emit("GRU", "lbr=1", T=T, lens=np.array([T, T]))
+    assert full.counts() == plain.counts()  # every sequence full: no mask at all
+    # steps 2, 3 are partial: h' = h + m * (h_new - h) and y = m * h_new
+    _, partial = _emit("GRU", "lbr=1", T=T, lens=np.array([T, 2]))
+    assert partial.counts() - plain.counts() == C(sub=2, mul=2 * 2, add=2)
+    # steps 2, 3 are covered by no sequence: not emitted (Y gets zero constants)
+    _, short = _emit("GRU", "lbr=1", T=T, lens=np.array([2, 2]))
+    step = PER_STEP["GRU", "lbr=1"]
+    assert plain.counts() - short.counts() == C({k: 2 * v for k, v in step.items()})
+
+
+def test_runtime_lens_compare_once_then_select_per_step():
+    _, plain = _emit("LSTM", T=3)
+    _, masked = _emit("LSTM", T=3, lens="lens")
+    # one less() for all steps (with the lens' two unsqueezes); per step a mask slice,
+    # a where per state and one for y
+    assert masked.counts() - plain.counts() == C(less=1, unsqueeze=2, slice=3, where=3 * 3)
