@@ -28,6 +28,18 @@ SELECT = "select"  # less() and where(): masking for runtime sequence lengths
 SCAN = "scan"  # scan(): loop emission
 
 
+class RuntimeArray(np.ndarray):
+    """A numpy array standing for a runtime value (NumpyBuilder.input makes them).
+
+    Where the core accepts a constant or a value (sequence_lens), a plain ndarray is a
+    constant; builders whose values are numpy arrays mark theirs with this subclass.
+    """
+
+
+def is_constant(v) -> bool:
+    return isinstance(v, np.ndarray) and not isinstance(v, RuntimeArray)
+
+
 class Builder(abc.ABC):
     capabilities: frozenset = frozenset()
 

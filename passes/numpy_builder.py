@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .builder import SCAN, SELECT, Builder
+from .builder import SCAN, SELECT, Builder, RuntimeArray
 
 
 class NumpyBuilder(Builder):
@@ -24,8 +24,8 @@ class NumpyBuilder(Builder):
         return a.astype(self.dtype) if a.dtype.kind == "f" else a
 
     def input(self, array) -> np.ndarray:
-        """A runtime input (x, states) as this builder's value."""
-        return self._f(array)
+        """A runtime input (x, states, sequence_lens) as this builder's value."""
+        return self._f(array).view(RuntimeArray)
 
     def constant(self, array, name=""):
         return self._f(array)

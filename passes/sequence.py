@@ -26,7 +26,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .builder import Builder, Value
+from .builder import Builder, Value, is_constant
 from .cells import STEP, CellParams, prepare
 from .emitter import Emitter, Expr
 from .spec import Direction, LayerWeights, RecurrentSpec
@@ -86,15 +86,18 @@ SKIP = "skip"  # a step no sequence covers
 
 @dataclasses.dataclass
 class _Mask:
-    value: Union[np.ndarray, Value]  # float 0/1 constant, or a boolean builder value
-    select: bool  # blend with where() rather than arithmetic
+    """Which batch rows a step covers (or, in the loop form, each step)."""
+
+    value: Union[np.ndarray, Value]
+    constant: bool  # value is a numpy float 0/1 array, folded by the emitter
+    select: bool  # value is boolean: blend with where(); else float: blend arithmetically
 
 
 class _Lens:
     """Which (step, batch) pairs lie inside their sequence: t < len[b]."""
 
     def __init__(self, b: Builder, lens, T: Optional[int], ta: int):
-        self.b, self.ta, self.constant = b, ta, isinstance(lens, np.ndarray)
+        self.b, self.ta, self.constant = b, ta, is_constant(lens)
         self.valid = self.valid_v = None
         if lens is None:
             return
@@ -120,29 +123,26 @@ class _Lens:
                 return None
             if not v.any():
                 return SKIP
-            return _Mask(v.astype(np.float32).reshape(self._shape(1)), select=False)
+            return _Mask(v.astype(np.float32).reshape(self._shape(1)), constant=True, select=False)
         if self.valid_v is not None:
-            return _Mask(self.b.slice(self.valid_v, self.ta, t, t + 1), select=True)
+            return _Mask(self.b.slice(self.valid_v, self.ta, t, t + 1), constant=False, select=True)
         return None
 
     def steps(self, start: int, end: int) -> Optional[_Mask]:
         """Mask values for steps [start, end) stacked on axis 0 (loop form), or None if unneeded."""
         if self.valid is not None:
             m = self.valid[start:end]
-            return (
-                None
-                if m.all()
-                else _Mask(
-                    self.b.constant(m.astype(np.float32).reshape(self._shape(end - start))), False
-                )
-            )
+            if m.all():
+                return None
+            m = self.b.constant(m.astype(np.float32).reshape(self._shape(end - start)))
+            return _Mask(m, constant=False, select=False)
         if self.valid_v is not None:
             v = (
                 self.valid_v
                 if (start, end) == (0, self.valid_v_len)
                 else self.b.slice(self.valid_v, 0, start, end)
             )
-            return _Mask(v, select=True)
+            return _Mask(v, constant=False, select=True)
         return None
 
 
@@ -151,7 +151,7 @@ def _step(e: Emitter, p: CellParams, x_t: Expr, state: tuple, mask: Optional[_Ma
     new = STEP[p.kind](e, x_t, state, p)
     y = new[0]
     if mask is not None:
-        m = e.const(mask.value) if isinstance(mask.value, np.ndarray) else e.value(mask.value)
+        m = e.const(mask.value) if mask.constant else e.value(mask.value)
         if mask.select:
             new = tuple(e.where(m, n, o) for n, o in zip(new, state))
             y = e.where(m, y, e.ZERO)
@@ -305,7 +305,7 @@ class _Stack:
 
         def body(bb: Builder, carried: list, x_slices: list):
             be = Emitter(bb, dtype)
-            m = _Mask(x_slices[1], mask.select) if mask is not None else None
+            m = _Mask(x_slices[1], False, mask.select) if mask is not None else None
             vals, y = _step(
                 be, p, be.value(x_slices[0]), tuple(be.value(v) for v in carried), m, want_y
             )

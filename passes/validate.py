@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from . import activations
-from .builder import SCAN, SELECT, Builder
+from .builder import SCAN, SELECT, Builder, is_constant
 from .spec import CellKind, LayerWeights, RecurrentSpec, SpecError
 
 STRATEGIES = ("unrolled", "scan")
@@ -87,7 +87,7 @@ def validate(
     if strategy == "scan" and SCAN not in builder.capabilities:
         fail("strategy", "loop emission needs scan, which this builder lacks")
     if sequence_lens is not None:
-        if isinstance(sequence_lens, np.ndarray):
+        if is_constant(sequence_lens):
             lens = sequence_lens
             if lens.ndim != 1 or lens.dtype.kind not in "iu":
                 fail(
