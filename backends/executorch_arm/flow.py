@@ -1,0 +1,309 @@
+"""Take a torch module through ExecuTorch 1.5.1's Arm flow and measure what comes out.
+
+torch.export -> (INT targets: PT2E quantization with the Arm quantizer, symmetric per-channel,
+calibrated on the given inputs) -> to_edge_transform_and_lower with the TOSA or Ethos-U
+partitioner -> .pte bytes. The TOSA flatbuffer of every delegate is dumped to a directory
+(compile spec `dump_intermediate_artifacts_to`), so the result can be run on the TOSA reference
+model (numerics vs fp32 torch eager) and through Vela (Ethos-U cycle estimates). This is the
+baseline harness: our own decomposition passes will plug in before lowering.
+
+torch 2.13: `ExportedProgram.module()` must be called with `check_guards=False`, otherwise a
+`_guards_fn` call_module node makes ExecuTorch's recurrent decomposition passes fail.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import pathlib
+import tempfile
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference, vela
+from recurrent_lowering.runtime.quantization import QuantParams
+
+TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
+ETHOS_U_TARGETS = ("ethos-u55-128", "ethos-u65-256", "ethos-u85-256")
+
+_QUANTIZE = "quantized_decomposed.quantize_per_tensor"
+_DEQUANTIZE = "quantized_decomposed.dequantize_per_tensor"
+
+
+class FlowError(RuntimeError):
+    """A lowering result does not support the requested operation; the message says why."""
+
+
+@dataclasses.dataclass
+class LoweringResult:
+    """What one lowering produced, with its costs. Times are wall seconds per stage."""
+
+    target: str
+    quantized: bool
+    pte: bytes
+    artifact_dir: pathlib.Path
+    tosa_files: list  # list[pathlib.Path], one per delegate
+    times: dict  # stage -> seconds: export, quantize, lower, to_executorch, vela
+    edge_nodes: int  # call_function nodes of the edge graphs handed to the backend(s)
+    cpu_nodes: int  # call_function nodes left outside any delegate (q/dq included)
+    num_delegates: int
+    tosa_ops: int  # operators over all dumped .tosa files, CONST/CONST_SHAPE included
+    tosa_compute_ops: int  # the same without CONST/CONST_SHAPE
+    tosa_op_counts: collections.Counter
+    # Mapping program I/O <-> the single delegate's I/O, when the program is fully delegated:
+    input_map: Optional[list] = None  # delegate input k <- program input index
+    output_map: Optional[list] = None  # program output i <- delegate output index
+    input_quant: Optional[list] = None  # QuantParams | None per delegate input
+    output_quant: Optional[list] = None  # QuantParams | None per delegate output
+    vela: Optional[vela.VelaResult] = None
+    system_config: Optional[str] = None
+    memory_mode: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """TOSA reference model outputs vs fp32 torch eager, over all outputs together."""
+
+    max_abs_err: float
+    sqnr_db: float
+    reference: list  # torch eager outputs (np.ndarray)
+    tosa: list  # TOSA reference model outputs, dequantized (np.ndarray)
+
+
+def _module_of(ep: torch.export.ExportedProgram) -> torch.fx.GraphModule:
+    try:
+        return ep.module(check_guards=False)
+    except TypeError:  # torch without the check_guards argument
+        return ep.module()
+
+
+def _compile_spec(target: str, artifact_dir: pathlib.Path, system_config, memory_mode):
+    if target.startswith("TOSA"):
+        from executorch.backends.arm.tosa import TosaSpecification
+        from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
+
+        spec = TosaCompileSpec(TosaSpecification.create_from_string(target))
+    elif target.startswith("ethos-u"):
+        from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+        spec = EthosUCompileSpec(target, system_config=system_config, memory_mode=memory_mode)
+    else:
+        raise ValueError(f"unknown target {target!r}; expected TOSA-1.0+FP/INT or ethos-uXX-NNN")
+    spec.dump_intermediate_artifacts_to(str(artifact_dir))
+    return spec
+
+
+def quantize(module, example_inputs, compile_spec, calibration_inputs=None):
+    """PT2E quantization with the Arm quantizer for `compile_spec` (int8, per-channel weights)."""
+    from executorch.backends.arm.quantizer import get_symmetric_quantization_config
+    from executorch.backends.arm.util._factory import create_quantizer
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    graph_module = _module_of(torch.export.export(module, example_inputs))
+    quantizer = create_quantizer(compile_spec)
+    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    prepared = prepare_pt2e(graph_module, quantizer)
+    for sample in calibration_inputs or [example_inputs]:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def _target_name(node) -> str:
+    return str(getattr(node.target, "__name__", node.target))
+
+
+def _count_call_functions(graph) -> int:
+    return sum(1 for n in graph.nodes if n.op == "call_function")
+
+
+def _quant_params(node) -> QuantParams:
+    _, scale, zero_point, qmin, qmax, dtype = node.args[:6]
+    return QuantParams(float(scale), int(zero_point), int(qmin), int(qmax), str(dtype)[6:])
+
+
+def _io_mapping(graph, user_inputs: list):
+    """(input_map, output_map, input_quant, output_quant) for a single fully-delegated graph."""
+    delegates = [
+        n for n in graph.nodes if n.op == "call_function" and "call_delegate" in _target_name(n)
+    ]
+    if len(delegates) != 1:
+        return None
+    (delegate,) = delegates
+    input_map, input_quant = [], []
+    for arg in delegate.args[1:]:
+        quant = None
+        if arg.op == "call_function" and _QUANTIZE in _target_name(arg):
+            quant, arg = _quant_params(arg), arg.args[0]
+        if arg.op != "placeholder" or arg.name not in user_inputs:
+            return None  # a CPU op or a parameter between the program inputs and the delegate
+        input_map.append(user_inputs.index(arg.name))
+        input_quant.append(quant)
+    num_outputs = max((u.args[1] for u in delegate.users if u.op == "call_function"), default=-1)
+    output_quant = [None] * (num_outputs + 1)
+    output_map = []
+    for out in graph.output_node().args[0]:
+        quant = None
+        if out.op == "call_function" and _DEQUANTIZE in _target_name(out):
+            quant, out = _quant_params(out), out.args[0]
+        if not (out.op == "call_function" and out.args[0] is delegate):
+            return None  # an output computed on the CPU
+        output_map.append(out.args[1])
+        output_quant[out.args[1]] = quant
+    return input_map, output_map, input_quant, output_quant
+
+
+def lower(
+    module: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    target: str,
+    artifact_dir: "str | pathlib.Path | None" = None,
+    calibration_inputs: Optional[Sequence[Sequence[torch.Tensor]]] = None,
+    quantize_model: Optional[bool] = None,
+    system_config: Optional[str] = None,
+    memory_mode: Optional[str] = None,
+    run_vela: bool = True,
+) -> LoweringResult:
+    """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
+
+    INT and Ethos-U targets are quantized unless `quantize_model=False`. For Ethos-U targets
+    Vela is re-run on the dumped TOSA with `--verbose-performance` (same accelerator, system
+    config and memory mode as the compile spec) when `run_vela`.
+    """
+    from executorch.backends.arm.util._factory import create_partitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    example_inputs = tuple(example_inputs)
+    is_ethos = target.startswith("ethos-u")
+    quantized = ("+INT" in target or is_ethos) if quantize_model is None else quantize_model
+    out_dir = pathlib.Path(artifact_dir or tempfile.mkdtemp(prefix="et_arm_"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.tosa"):  # a previous run's dumps would be counted again
+        old.unlink()
+    if is_ethos:
+        default_system, default_memory = vela.default_config(target)
+        system_config = system_config or default_system
+        memory_mode = memory_mode or default_memory
+    spec = _compile_spec(target, out_dir, system_config, memory_mode)
+    module = module.eval()
+    times = {}
+
+    t0 = time.perf_counter()
+    if quantized:
+        quantized_module = quantize(module, example_inputs, spec, calibration_inputs)
+        times["quantize"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        exported = torch.export.export(quantized_module, example_inputs)
+    else:
+        exported = torch.export.export(module, example_inputs)
+    times["export"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    edge = to_edge_transform_and_lower(
+        exported,
+        partitioner=[create_partitioner(spec)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    times["lower"] = time.perf_counter() - t0
+    edge_program = edge.exported_program()
+    graph_module = edge_program.graph_module
+    lowered = [m for name, m in graph_module.named_children() if name.startswith("lowered_module")]
+    edge_nodes = sum(_count_call_functions(m.original_module.graph) for m in lowered)
+    cpu_nodes = sum(
+        1
+        for n in graph_module.graph.nodes
+        if n.op == "call_function"
+        and "call_delegate" not in _target_name(n)
+        and _target_name(n) != "getitem"
+    )
+    # The TOSA backend writes output_<tag>_<spec>.tosa; ExecuTorch's Vela step adds out.tosa.
+    tosa_files = sorted(out_dir.glob("output*.tosa"))
+    counts: collections.Counter = collections.Counter()
+    for f in tosa_files:
+        counts.update(tosa_flatbuffer.op_counts(f))
+    mapping = _io_mapping(graph_module.graph, list(edge_program.graph_signature.user_inputs))
+    # to_executorch rewrites the edge graph in place (memory planning): analyse it first.
+    t0 = time.perf_counter()
+    pte = edge.to_executorch().buffer
+    times["to_executorch"] = time.perf_counter() - t0
+    result = LoweringResult(
+        target=target,
+        quantized=quantized,
+        pte=bytes(pte),
+        artifact_dir=out_dir,
+        tosa_files=tosa_files,
+        times=times,
+        edge_nodes=edge_nodes,
+        cpu_nodes=cpu_nodes,
+        num_delegates=len(lowered),
+        tosa_ops=sum(counts.values()),
+        tosa_compute_ops=sum(
+            n for op, n in counts.items() if op not in tosa_flatbuffer.CONSTANT_OPS
+        ),
+        tosa_op_counts=counts,
+        system_config=system_config,
+        memory_mode=memory_mode,
+    )
+    if mapping is not None:
+        result.input_map, result.output_map, result.input_quant, result.output_quant = mapping
+    if is_ethos and run_vela:
+        if len(tosa_files) != 1:
+            raise FlowError(f"{target}: expected one dumped .tosa for Vela, found {tosa_files}")
+        t0 = time.perf_counter()
+        result.vela = vela.run_vela(
+            tosa_files[0], target, system_config, memory_mode, output_dir=out_dir / "vela"
+        )
+        times["vela"] = time.perf_counter() - t0
+    return result
+
+
+def sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
+    """Signal-to-quantization-noise ratio 10*log10(sum(ref^2) / sum((ref - test)^2)) in dB."""
+    reference = np.asarray(reference, dtype=np.float64)
+    noise = np.sum((reference - np.asarray(test, dtype=np.float64)) ** 2)
+    signal = np.sum(reference**2)
+    return math.inf if noise == 0 else float(10 * np.log10(signal / noise))
+
+
+def _flat_outputs(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    flat = []
+    for o in out:
+        flat.extend(_flat_outputs(o))
+    return flat
+
+
+def check_numerics(
+    result: LoweringResult, module: torch.nn.Module, inputs: Sequence[torch.Tensor]
+) -> Numerics:
+    """Run the dumped .tosa on the TOSA reference model and compare with fp32 torch eager."""
+    if result.num_delegates != 1 or result.input_map is None or len(result.tosa_files) != 1:
+        raise FlowError(
+            f"{result.target}: numerics need one delegate fed by the program inputs and producing "
+            f"its outputs; got {result.num_delegates} delegate(s), {len(result.tosa_files)} "
+            f".tosa file(s), {result.cpu_nodes} CPU node(s)"
+        )
+    with torch.no_grad():
+        reference = [t.detach().numpy() for t in _flat_outputs(module.eval()(*inputs))]
+    arrays = [inputs[i].detach().numpy() for i in result.input_map]
+    delegate_out = tosa_reference.run(
+        result.tosa_files[0],
+        arrays,
+        input_quant=result.input_quant,
+        output_quant=result.output_quant,
+    )
+    outputs = [np.asarray(delegate_out[j], dtype=np.float32) for j in result.output_map]
+    if len(outputs) != len(reference):
+        raise FlowError(f"{len(outputs)} delegate outputs vs {len(reference)} eager outputs")
+    ref_flat = np.concatenate([r.reshape(-1) for r in reference])
+    out_flat = np.concatenate([o.reshape(r.shape).reshape(-1) for o, r in zip(outputs, reference)])
+    return Numerics(
+        max_abs_err=float(np.max(np.abs(ref_flat - out_flat))),
+        sqnr_db=sqnr_db(ref_flat, out_flat),
+        reference=reference,
+        tosa=outputs,
+    )
