@@ -51,7 +51,7 @@ def apply(
     native = builder.activation(act, x)
     if native is not None:
         return native
-    const = const or (lambda v: builder.constant(np.array(v, np.float32)))
+    const = const or (lambda v: builder.constant(np.array(v, np.float64)))
     b, a, beta = builder, act.alpha, act.beta
 
     def scale(v, k):  # k * v, skipping k == 1
