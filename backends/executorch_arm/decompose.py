@@ -29,6 +29,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import (
     ExportGraphSignature,
     InputKind,
+    InputSpec,
     OutputSpec,
     TensorArgument,
 )
@@ -299,8 +300,8 @@ def _erase_dead(graph: Graph, nodes: list[Node]) -> None:
 # --- ExportedProgram -------------------------------------------------------------------------
 
 
-def _program_constant_of(ep: ExportedProgram) -> ConstantOf:
-    sig = ep.graph_signature
+def _program_constant_of(ep: ExportedProgram, specs: list) -> ConstantOf:
+    sig = ExportGraphSignature(specs, ep.graph_signature.output_specs)
 
     def constant_of(n: Node) -> Optional[torch.Tensor]:
         if n.op != "placeholder":
@@ -328,12 +329,20 @@ def decompose_recurrent(ep: ExportedProgram, strategy: str = "unrolled") -> Expo
     """
     if not has_recurrent_ops(ep.graph):
         return ep
+    old_placeholders = ep.graph.find_nodes(op="placeholder")
     ep = copy.deepcopy(ep)
     gm, graph = ep.graph_module, ep.graph
-    old_specs = list(ep.graph_signature.input_specs)
+    # deepcopy may rename placeholders (`input` -> `input_1`): specs follow by position
+    old_specs = [
+        InputSpec(s.kind, TensorArgument(n.name), s.target, s.persistent)
+        if isinstance(s.arg, TensorArgument)
+        else s
+        for s, n in zip(ep.graph_signature.input_specs, graph.find_nodes(op="placeholder"))
+    ]
+    assert len(old_specs) == len(old_placeholders)
     state_dict, constants = dict(ep.state_dict), dict(ep.constants)
     sink = ProgramConstants(graph, fake_mode_of(graph), state_dict, constants, old_specs)
-    constant_of = _program_constant_of(ep)
+    constant_of = _program_constant_of(ep, old_specs)
     replaced_args: set[Node] = set()
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target in TARGET_OPS:
@@ -412,3 +421,21 @@ def decompose_graph_module(
     graph.lint()
     gm.recompile()
     return True
+
+
+def as_module(ep: ExportedProgram) -> torch.fx.GraphModule:
+    """`ep` as a plain GraphModule that can be re-exported, `.eval()`ed and quantized.
+
+    `ExportedProgram.module()` refuses `.eval()` and, in torch 2.13, adds a `_guards_fn`
+    call_module that ExecuTorch's Arm passes reject; this copy has neither.
+    """
+    try:
+        unlifted = ep.module(check_guards=False)
+    except TypeError:  # torch without check_guards
+        unlifted = ep.module()
+    gm = GraphModule(unlifted, unlifted.graph)
+    for n in list(gm.graph.nodes):
+        if n.op == "call_module" and n.target == "_guards_fn" and not n.users:
+            gm.graph.erase_node(n)
+    gm.recompile()
+    return gm.eval()
