@@ -13,7 +13,8 @@ step's slice, its state and its output need no squeeze/unsqueeze; the loop form 
 time-major and carries [B, H] states instead.
 
 sequence_lens follows onnxruntime: steps t >= len[b] output 0 and keep the state, so
-the reverse direction effectively starts at len[b] - 1. Constant lengths become constant
+the reverse direction effectively starts at len[b] - 1; a zero-length sequence ends with
+zero states (not its initial ones). Constant lengths become constant
 float masks (no select needed; steps every sequence covers need no mask, steps none
 covers no ops at all); runtime lengths need less/where.
 """
@@ -98,7 +99,8 @@ class _Lens:
 
     def __init__(self, b: Builder, lens, T: Optional[int], ta: int):
         self.b, self.ta, self.constant = b, ta, is_constant(lens)
-        self.valid = self.valid_v = None
+        self.lens, self.valid = lens, None
+        self.valid_v = self.nonempty = None
         if lens is None:
             return
         if self.constant:
@@ -111,6 +113,23 @@ class _Lens:
         lens_v = b.unsqueeze(b.unsqueeze(lens, 0 if ta == 0 else 1), 2)
         self.valid_v = b.less(b.constant(steps), lens_v)
         self.valid_v_len = T
+
+    def empty_rows_zeroed(self, e: Emitter, s0, sa: int):
+        """onnxruntime gives a zero-length sequence zero final states, not its initial ones.
+        Zeroing those rows of the initial state once, before any layer, does that: the
+        steps never change them."""
+        if s0 is None or self.lens is None:
+            return s0
+        shape = (1, -1, 1) if sa == 0 else (-1, 1, 1)
+        if self.constant:
+            if self.lens.all():
+                return s0
+            return e.emit(e.value(s0) * e.const((self.lens > 0).astype(np.float32).reshape(shape)))
+        if self.nonempty is None:  # one comparison for h0 and c0
+            b = self.b
+            nonempty = b.less(b.constant(np.zeros((), np.int64)), self.lens)  # [B]
+            self.nonempty = b.unsqueeze(b.unsqueeze(nonempty, sa), 2)
+        return e.emit(e.where(e.value(self.nonempty), e.value(s0), e.ZERO))
 
     def _shape(self, t_len: int) -> tuple:
         return (t_len, -1, 1) if self.ta == 0 else (-1, t_len, 1)
@@ -180,6 +199,7 @@ class _Stack:
         if self.loop and spec.layout.batch_first:
             x = b.transpose(x, (1, 0, 2))
         e = Emitter(b, self.dtype)
+        h0, c0 = (self.lens.empty_rows_zeroed(e, s, self.sa) for s in (h0, c0))
         finals = []
         for layer, cells in enumerate(self.cells):
             last = layer == spec.num_layers - 1

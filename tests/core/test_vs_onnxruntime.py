@@ -59,7 +59,7 @@ def _cases():
         direction=list(Direction),
         clip=(None, 0.7),
         lens=(None, "const", "runtime"),
-        init=(False, True),
+        init=(False, True, "h_only"),
         layout=(0, 1),
         bias=(True, False),
         strategy=("unrolled", "scan"),
@@ -93,15 +93,17 @@ def _id(c):
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
 def test_matches_onnxruntime(case):
     cell = case["cell"]
-    T, B, I, H = 5, 3, 4, 3  # noqa: E741
+    T, B, I, H = 5, 4, 4, 3  # noqa: E741
     D = case["direction"].num_directions
     acts, explicit = case["acts"]
     rng = np.random.default_rng(len(CASES))
     lstm = cell is CellKind.LSTM
     x = rng.standard_normal((T, B, I)).astype(np.float32)
     h0 = rng.standard_normal((D, B, H)).astype(np.float32) if case["init"] else None
-    c0 = rng.standard_normal((D, B, H)).astype(np.float32) if case["init"] and lstm else None
-    lens = np.array([T, 2, 4], np.int32) if case["lens"] else None
+    c0 = (
+        rng.standard_normal((D, B, H)).astype(np.float32) if case["init"] is True and lstm else None
+    )
+    lens = np.array([T, 2, 4, 0], np.int32) if case["lens"] else None
     spec = RecurrentSpec(
         name="ort_node",
         cell=cell,
