@@ -123,6 +123,7 @@ class OnnxBuilder(Builder):
         self.linear_mode = linear_mode
         self.nodes: list = []
         self.types: dict = {}  # value name -> (elem_type, shape tuple or None)
+        self._slices: dict = {}  # Slice output -> (input, axis, start, end, dim), for finalize
 
     # --- bookkeeping ------------------------------------------------------------------------
     def declare(self, name: str, elem_type: int, shape) -> str:
@@ -191,6 +192,11 @@ class OnnxBuilder(Builder):
             return self._node("Gemm", inputs, elem, out_shape)
         y = self._node("MatMul", [x, w_t], elem, out_shape)
         if bias is not None:
+            bias = np.asarray(bias)
+            if shape is not None and len(shape) >= 3:
+                # A bias of x's rank keeps onnxruntime from fusing MatMul+Add into
+                # Reshape+Gemm+Reshape, one node more per step (measured slower).
+                bias = bias.reshape((1,) * (len(shape) - 1) + bias.shape)
             y = self._node("Add", [y, self.constant(bias, "bias")], elem, out_shape)
         return y
 
@@ -284,17 +290,104 @@ class OnnxBuilder(Builder):
                 size = len(range(*slice(start, end).indices(dim)))
             out = shape[:axis] + (size,) + shape[axis + 1 :]
         if self.opset < 10:
-            return self._node(
-                "Slice",
-                [x],
-                self.elem_type(x),
-                out,
-                axes=[axis],
-                starts=[start],
-                ends=[end],
+            attrs = dict(axes=[axis], starts=[start], ends=[end])
+            y = self._node("Slice", [x], self.elem_type(x), out, **attrs)
+        else:
+            inputs = [x, self._ints([start]), self._ints([end]), self._ints([axis])]
+            y = self._node("Slice", inputs, self.elem_type(x), out)
+        if shape is not None and shape[axis] is not None:
+            lo, hi, _ = slice(start, end).indices(shape[axis])
+            if lo < hi:
+                self._slices[y] = (x, axis, lo, hi, shape[axis])
+        return y
+
+    def finalize(self) -> list:
+        """The emitted nodes, with per-timestep Slices merged into Splits.
+
+        Unrolled emission slices each timestep out of the hoisted input projection, and
+        often a gate block out of each of those slices. onnxruntime pays about a quarter
+        of a microsecond per node, so (1) Slices cutting one value along one axis into
+        disjoint pieces become one Split, and (2) the same Slice (along another axis)
+        applied to several pieces of such a Split becomes one Slice of the Split's input
+        followed by one more Split.
+        """
+        slices, self._slices = self._slices, {}
+        groups: dict = {}
+        for out, (x, axis, lo, hi, dim) in slices.items():
+            groups.setdefault((x, axis, dim), []).append((lo, hi, out))
+        replace: dict = {}  # first replaced Slice output -> nodes to put in its place
+        removed: set = set()
+        splits: dict = {}  # Split piece -> (Split input, axis, sizes, piece index)
+        for (x, axis, dim), parts in groups.items():
+            parts.sort()
+            if len(parts) < 2 or any(a[1] > b[0] for a, b in zip(parts, parts[1:])):
+                continue
+            sizes, outs = self._pieces(parts, dim)
+            members = {out for _, _, out in parts}
+            first = next(n.output[0] for n in self.nodes if n.output[0] in members)
+            replace[first] = [self._split_node(x, axis, sizes, outs)]
+            removed |= members
+            for i, out in enumerate(outs):
+                splits[out] = (x, axis, sizes, i, first)
+        # (2) slice-of-piece -> piece-of-slice
+        regroup: dict = {}
+        for out, (x, axis, lo, hi, _) in slices.items():
+            if out in removed or x not in splits:
+                continue
+            base, split_axis, sizes, index, anchor = splits[x]
+            if split_axis != axis:
+                key = (base, split_axis, tuple(sizes), anchor, axis, lo, hi)
+                regroup.setdefault(key, []).append((index, out))
+        for (base, split_axis, sizes, anchor, axis, lo, hi), members in regroup.items():
+            if len(members) < 3:  # two new nodes must replace more than two
+                continue
+            cut = self._slice_node(base, axis, lo, hi)
+            by_index = dict(members)
+            outs = [
+                by_index.get(i) or self.names.new(f"{self.prefix}/unused")
+                for i in range(len(sizes))
+            ]
+            replace[anchor] += [cut, self._split_node(cut.output[0], split_axis, list(sizes), outs)]
+            removed |= {out for _, out in members}
+        if not removed:
+            return self.nodes
+        nodes = []
+        for n in self.nodes:
+            if n.op_type == "Slice" and n.output[0] in removed:
+                nodes.extend(replace.get(n.output[0], ()))
+                continue
+            nodes.append(n)
+        self.nodes = nodes
+        return nodes
+
+    def _pieces(self, parts, dim):
+        """Split sizes and outputs covering [0, dim), with fresh names for the gaps."""
+        sizes, outs, pos = [], [], 0
+        for lo, hi, out in parts + [(dim, dim, None)]:
+            if lo > pos:
+                sizes.append(lo - pos)
+                outs.append(self.names.new(f"{self.prefix}/unused"))
+            if out is not None:
+                sizes.append(hi - lo)
+                outs.append(out)
+            pos = hi
+        return sizes, outs
+
+    def _slice_node(self, x, axis, lo, hi):
+        name = self.names.new(f"{self.prefix}/Slice_node")
+        out = self.names.new(f"{self.prefix}/Slice")
+        if self.opset < 10:
+            return helper.make_node(
+                "Slice", [x], [out], name=name, axes=[axis], starts=[lo], ends=[hi]
             )
-        inputs = [x, self._ints([start]), self._ints([end]), self._ints([axis])]
-        return self._node("Slice", inputs, self.elem_type(x), out)
+        inputs = [x, self._ints([lo]), self._ints([hi]), self._ints([axis])]
+        return helper.make_node("Slice", inputs, [out], name=name)
+
+    def _split_node(self, x, axis, sizes, outs):
+        name = self.names.new(f"{self.prefix}/Split_node")
+        if self.opset < 13:
+            return helper.make_node("Split", [x], outs, name=name, axis=axis, split=sizes)
+        return helper.make_node("Split", [x, self._ints(sizes)], outs, name=name, axis=axis)
 
     def concat(self, xs, axis):
         xs = list(xs)
@@ -394,7 +487,7 @@ class OnnxBuilder(Builder):
             seen.add(v)
             graph_outputs.append(_value_info(v, inner.elem_type(v), inner.shape(v)))
         graph = helper.make_graph(
-            inner.nodes, self.names.new(f"{inner.prefix}/graph"), graph_inputs, graph_outputs
+            inner.finalize(), self.names.new(f"{inner.prefix}/graph"), graph_inputs, graph_outputs
         )
         steps = None
         if xs and self.shape(xs[0]) is not None:

@@ -108,7 +108,8 @@ class _Rewriter:
 
     def run(self) -> int:
         self._graph(self.model.graph, Scope(self.model.graph, self.model.opset_import))
-        self.model.graph.initializer.extend(self.pool.initializers)
+        used = {i for g in _all_graphs(self.model.graph) for n in g.node for i in n.input}
+        self.model.graph.initializer.extend(t for t in self.pool.initializers if t.name in used)
         if self.count:
             _remove_dead(self.model, self.replaced_inputs)
         return self.count
@@ -194,7 +195,7 @@ class _Rewriter:
         self.replaced_inputs.extend(i for i in list(node.input)[1:4] + list(node.input)[7:8] if i)
         if not isinstance(read.sequence_lens, str) and len(node.input) > 4 and node.input[4]:
             self.replaced_inputs.append(node.input[4])
-        return builder.nodes
+        return builder.finalize()
 
 
 def _remove_dead(model: onnx.ModelProto, candidates: list) -> None:

@@ -67,3 +67,13 @@ def test_node_case(name, strategy):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert_close(g, e)
+
+
+@pytest.mark.parametrize("op,lbr,per_step", [("GRU", 1, 13), ("GRU", 0, 12), ("LSTM", 0, 11)])
+def test_unrolled_nodes_per_step(op, lbr, per_step):
+    """Guards the per-step node count onnxruntime pays for (about 0.26 us per node)."""
+    from recurrent_lowering.tools.onnx_bench import model
+
+    steps = 20
+    rewritten = rewrite_model(model(op, 8, 4, lbr, steps=steps), strategy="unrolled")
+    assert len(rewritten.graph.node) <= per_step * steps + 6
