@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
+from executorch.backends.arm.constants import DISALLOW_TFA_META_KEY
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
@@ -47,7 +48,7 @@ PROVENANCE_KEYS = (
     "torch_fn",
     "custom",
     "fwd_nn_module_stack",
-    "disallow_tfa",
+    DISALLOW_TFA_META_KEY,  # the Arm quantizer's "leave this node in float" mark
 )
 
 
