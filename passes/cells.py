@@ -43,8 +43,15 @@ class CellParams:
         return v if self.clip is None else e.clamp(v, -self.clip, self.clip)
 
     @property
-    def state_size(self) -> int:
-        return 2 if self.kind is CellKind.LSTM else 1
+    def output_size(self) -> int:
+        return self.hidden_size if self.proj is None else self.proj.shape[0]
+
+    @property
+    def state_widths(self) -> tuple[int, ...]:
+        """Widths of (h,) or (h, c)."""
+        if self.kind is CellKind.LSTM:
+            return (self.output_size, self.hidden_size)
+        return (self.output_size,)
 
 
 def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:

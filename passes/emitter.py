@@ -26,7 +26,7 @@ from .spec import Activation
 
 
 class Expr:
-    """A node of one emitter's expression graph; supports + - * / and [..., a:b]."""
+    """A node of one emitter's expression graph; supports + - * and [..., a:b]."""
 
     __slots__ = ("em", "op", "args", "attrs")
     __array_ufunc__ = None  # numpy array (op) Expr defers to Expr's reflected operators
@@ -61,9 +61,6 @@ class Expr:
 
     def __rmul__(self, o):
         return self.em.mul(o, self)
-
-    def __truediv__(self, o):
-        return self.em.div(self, o)
 
     def __neg__(self):
         return self.em.neg(self)
@@ -174,14 +171,6 @@ class Emitter:
             return self.neg(self.mul(a, b.args[0]))
         return self._node("mul", (a, b))
 
-    def div(self, a, b) -> Expr:
-        a, b = self._wrap(a), self._wrap(b)
-        if a.is_const(0):
-            return self.ZERO
-        if b.is_const(1):
-            return a
-        return self._node("div", (a, b))
-
     def neg(self, a) -> Expr:
         a = self._wrap(a)
         if a.is_const():
@@ -255,7 +244,7 @@ class Emitter:
         if op == "const":
             a = x.array
             v = self.scalar(float(a)) if a.ndim == 0 else b.constant(a)
-        elif op in ("add", "sub", "mul", "div", "where", "slice", "clamp"):
+        elif op in ("add", "sub", "mul", "where", "slice", "clamp"):
             v = getattr(b, op)(*args, *x.attrs)
         elif op == "neg":
             v = b.mul(args[0], self.scalar(-1.0))

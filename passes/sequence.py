@@ -98,7 +98,7 @@ class _Lens:
     """Which (step, batch) pairs lie inside their sequence: t < len[b]."""
 
     def __init__(self, b: Builder, lens, T: Optional[int], ta: int):
-        self.b, self.ta, self.constant = b, ta, is_constant(lens)
+        self.b, self.T, self.ta, self.constant = b, T, ta, is_constant(lens)
         self.lens, self.valid = lens, None
         self.valid_v = self.nonempty = None
         if lens is None:
@@ -112,7 +112,6 @@ class _Lens:
         steps = np.arange(T, dtype=np.int64).reshape((T, 1, 1) if ta == 0 else (1, T, 1))
         lens_v = b.unsqueeze(b.unsqueeze(lens, 0 if ta == 0 else 1), 2)
         self.valid_v = b.less(b.constant(steps), lens_v)
-        self.valid_v_len = T
 
     def empty_rows_zeroed(self, e: Emitter, s0, sa: int):
         """onnxruntime gives a zero-length sequence zero final states, not its initial ones.
@@ -124,7 +123,8 @@ class _Lens:
         if self.constant:
             if self.lens.all():
                 return s0
-            return e.emit(e.value(s0) * e.const((self.lens > 0).astype(np.float32).reshape(shape)))
+            s = e.value(s0) * e.const((self.lens > 0).astype(np.float32).reshape(shape))
+            return None if s.is_const(0) else e.emit(s)  # None: every sequence is empty
         if self.nonempty is None:  # one comparison for h0 and c0
             b = self.b
             nonempty = b.less(b.constant(np.zeros((), np.int64)), self.lens)  # [B]
@@ -158,7 +158,7 @@ class _Lens:
         if self.valid_v is not None:
             v = (
                 self.valid_v
-                if (start, end) == (0, self.valid_v_len)
+                if (start, end) == (0, self.T)
                 else self.b.slice(self.valid_v, 0, start, end)
             )
             return _Mask(v, constant=False, select=True)
@@ -210,9 +210,7 @@ class _Stack:
             for d, p in enumerate(cells):
                 xp_d = b.slice(xp, -1, d * width, (d + 1) * width) if self.D > 1 else xp
                 idx = layer * self.D + d
-                state = (self._initial(e, h0, idx),) + (
-                    (self._initial(e, c0, idx),) if p.state_size == 2 else ()
-                )
+                state = tuple(self._initial(e, s0, idx) for s0 in (h0, c0)[: len(p.state_widths)])
                 run = self._loop if self.loop else self._unrolled
                 y, final = run(e, p, xp_d, state, reverse=self._reverse(d), want_y=want_y)
                 ys.append(y)
@@ -231,16 +229,10 @@ class _Stack:
     def _projection(self, x, cells: Sequence[CellParams]):
         """x W^T + b for all timesteps and directions of a layer: one linear."""
         w = np.concatenate([p.w_in for p in cells]) if len(cells) > 1 else cells[0].w_in
-        biases = [p.b_in for p in cells]
-        if all(bb is None for bb in biases):
-            bias = None
-        else:
-            bias = np.concatenate(
-                [
-                    bb if bb is not None else np.zeros(p.w_in.shape[0], p.w_in.dtype)
-                    for bb, p in zip(biases, cells)
-                ]
-            )
+        bias = None
+        if any(p.b_in is not None for p in cells):
+            zeros = np.zeros(cells[0].w_in.shape[0], cells[0].w_in.dtype)
+            bias = np.concatenate([zeros if p.b_in is None else p.b_in for p in cells])
         return self.b.linear(x, w, bias)
 
     def _initial(self, e: Emitter, s0, idx: int) -> Expr:
@@ -262,20 +254,19 @@ class _Stack:
 
     # --- one direction, unrolled ----------------------------------------------------------------
     def _unrolled(self, e: Emitter, p: CellParams, xp, state: tuple, reverse: bool, want_y: bool):
-        out_w = p.proj.shape[0] if p.proj is not None else p.hidden_size
         xp = e.value(xp)
         ys = [None] * self.T
         for t in reversed(range(self.T)) if reverse else range(self.T):
             mask = self.lens.step(t)
             if mask is SKIP:
-                ys[t] = self._zeros(out_w, self.ta) if want_y else None
+                ys[t] = self._zeros(p.output_size, self.ta) if want_y else None
                 continue
             x_t = e.slice(xp, self.ta, t, t + 1)
             values, ys[t] = _step(e, p, x_t, state, mask, want_y)
             state = tuple(e.value(v) for v in values)
-        widths = (out_w, p.hidden_size)
         final = [
-            self._zeros(w, self.ta) if s.is_const(0) else e.emit(s) for s, w in zip(state, widths)
+            self._zeros(w, self.ta) if s.is_const(0) else e.emit(s)
+            for s, w in zip(state, p.state_widths)
         ]
         y = None
         if want_y:
@@ -287,8 +278,6 @@ class _Stack:
         """builder.scan over time; a zero initial state is first stepped outside the loop
         (its ops mostly vanish), so the loop always carries real values."""
         b, T = self.b, self.T
-        out_w = p.proj.shape[0] if p.proj is not None else p.hidden_size
-        widths = (out_w, p.hidden_size)
         y_first, peeled = None, False
         start, end = 0, (T if T is not None else sys.maxsize)  # steps left for the loop
         if any(s.is_const(0) for s in state):
@@ -300,10 +289,10 @@ class _Stack:
                 s if s.is_const(0) else e.value(b.unsqueeze(e.emit(s), 0)) for s in state
             )
             if mask is SKIP:
-                y_first = self._zeros(out_w, 0) if want_y else None
+                y_first = self._zeros(p.output_size, 0) if want_y else None
                 vals = [
                     self._zeros(w, 0) if s.is_const(0) else e.emit(s)
-                    for s, w in zip(state1, widths)
+                    for s, w in zip(state1, p.state_widths)
                 ]
             else:
                 x_t = e.slice(e.value(xp), 0, t, t + 1 if t != -1 else sys.maxsize)

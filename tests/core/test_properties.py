@@ -1,6 +1,6 @@
 """Properties over random configurations (hypothesis, bounded and derandomized).
 
-Unrolled == loop == emit_step chained; bidirectional == forward + reversed reverse;
+Unrolled == loop (static or dynamic T, constant or runtime lengths) == emit_step chained; bidirectional == forward + reversed reverse;
 float32 == float64 reference.
 """
 
@@ -125,6 +125,10 @@ def test_unrolled_equals_loop_and_runtime_lens(cfg):
         for runtime in (False, True) if seq is not None else (False,):
             out = _run(spec, weights, x, h0, c0, seq, strategy, runtime=runtime)
             _close((out.y, out.h, out.c), ref)
+    if seq is None:  # the loop needs no static T (slices then run to the end)
+        dynamic = dataclasses.replace(spec, seq_len=None)
+        out = _run(dynamic, weights, x, h0, c0, None, "scan")
+        _close((out.y, out.h, out.c), ref)
 
 
 @SETTINGS
