@@ -1,0 +1,143 @@
+"""TOSA and Ethos-U targets: ExecuTorch's Arm flow, Vela's estimate, TOSA reference numerics."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+
+from .errors import LoweringError
+from .plot import plot_error_per_timestep
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr_if_interactive():
+    """ExecuTorch's Ethos-U backend runs Vela in-process and Vela prints its whole report
+    to stdout. Our stdout is the summary; Vela's text goes to stderr on a terminal and is
+    dropped otherwise."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    target = os.dup(2) if sys.stderr.isatty() else os.open(os.devnull, os.O_WRONLY)
+    os.dup2(target, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(target)
+
+
+def _module(source):
+    if source.eager is not None:
+        return source.eager
+    try:
+        return source.program.module(check_guards=False)
+    except TypeError:  # a torch without check_guards
+        return source.program.module()
+
+
+def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
+    """(example inputs, calibration samples). Calibration comes from --calibration, else
+    the model's own example inputs, else random inputs (with a warning in the report)."""
+    import torch
+
+    if options.calibration is not None:
+        try:
+            samples = np.load(options.calibration)
+            arrays = [samples[k] for k in samples.files]
+        except Exception as e:
+            raise LoweringError(f"{options.calibration}: not a readable .npz ({e})") from e
+        if not arrays:
+            raise LoweringError(f"{options.calibration}: holds no arrays")
+        example = tuple(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
+        return example, [example]
+    if source.example_inputs is not None:
+        example = tuple(source.example_inputs)
+        if source.path is not None:  # a user model: its example inputs are all we have
+            report["warnings"].append("quantization calibrated on the model's example inputs")
+        return example, [example]
+    placeholders = [
+        n.meta["val"]
+        for n in source.program.graph.nodes
+        if n.op == "placeholder" and n.name in source.program.graph_signature.user_inputs
+    ]
+    generator = torch.Generator().manual_seed(0)
+    example = tuple(torch.randn(v.shape, generator=generator) for v in placeholders)
+    report["warnings"].append("no --calibration: quantization calibrated on random inputs")
+    return example, [example]
+
+
+def _vela_figures(result, report: dict[str, Any]) -> None:
+    summary = result.vela.summary
+    report["vela"].update(
+        cycles=int(summary.cycles),
+        inference_time_s=float(summary.inference_time_s),
+        sram_bytes=int(summary.sram_used_bytes),
+        flash_bytes=int(summary.off_chip_flash_used_bytes + summary.on_chip_flash_used_bytes),
+        system_config=result.system_config,
+        memory_mode=result.memory_mode,
+        mac_utilisation=summary.mac_utilisation,
+    )
+
+
+def lower(source, options, staging, output, report, progress) -> None:
+    from recurrent_lowering.backends.executorch_arm import flow
+
+    if source.kind != "torch":
+        raise LoweringError(
+            f"{source.path}: {report['target']} takes a .pt2 or a bundled example; "
+            "rewrite an .onnx with --target onnx first"
+        )
+    module = _module(source)
+    example, calibration = _inputs(source, options, report)
+    work = tempfile.mkdtemp(prefix="lower-")
+    try:
+        stage = progress.stage(f"export, quantize and lower for {report['target']}")
+        with stage, _stdout_to_stderr_if_interactive():
+            try:
+                result = flow.lower(
+                    module,
+                    example,
+                    report["target"],
+                    artifact_dir=work,
+                    calibration_inputs=calibration,
+                )
+            except flow.FlowError as e:
+                raise LoweringError(str(e)) from e
+        staging.path_for(output).write_bytes(result.pte)
+        report["time"]["stages"].update({f"flow.{k}": round(v, 3) for k, v in result.times.items()})
+        report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
+        report["ops"]["tosa"] = result.tosa_ops
+        if result.cpu_nodes:
+            report["ops"]["cpu_reasons"]["not supported by the partitioner"] = result.cpu_nodes
+        if options.tosa_output is not None and result.tosa_files:
+            shutil.copyfile(result.tosa_files[0], staging.path_for(options.tosa_output))
+        if result.vela is not None:
+            _vela_figures(result, report)
+            if options.vela_summary is not None:
+                csvs = sorted(result.vela.output_dir.rglob("*summary*.csv"))
+                shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
+        with progress.stage("numerics on the TOSA reference model"):
+            try:
+                numerics = flow.check_numerics(result, module, example)
+            except flow.FlowError as e:
+                report["warnings"].append(f"numerics not checked: {e}")
+                return
+        report["numerics"].update(
+            reference="TOSA reference model vs fp32 torch eager",
+            max_abs_err=numerics.max_abs_err,
+            sqnr_db=numerics.sqnr_db,
+        )
+        png = plot_error_per_timestep(numerics.reference, numerics.tosa, report["model"])
+        if png is not None:
+            plot_path = output.with_suffix(".error.png")
+            staging.path_for(plot_path).write_bytes(png)
+            report["numerics"]["plot"] = str(plot_path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
