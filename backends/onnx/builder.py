@@ -301,7 +301,7 @@ class OnnxBuilder(Builder):
                 self._slices[y] = (x, axis, lo, hi, shape[axis])
         return y
 
-    def finalize(self) -> list:
+    def finalize(self, keep=()) -> list:
         """The emitted nodes, with per-timestep Slices merged into Splits.
 
         Unrolled emission slices each timestep out of the hoisted input projection, and
@@ -309,7 +309,7 @@ class OnnxBuilder(Builder):
         of a microsecond per node, so (1) Slices cutting one value along one axis into
         disjoint pieces become one Split, and (2) the same Slice (along another axis)
         applied to several pieces of such a Split becomes one Slice of the Split's input
-        followed by one more Split.
+        followed by one more Split. `keep`: values needed outside these nodes.
         """
         slices, self._slices = self._slices, {}
         groups: dict = {}
@@ -318,10 +318,15 @@ class OnnxBuilder(Builder):
         replace: dict = {}  # first replaced Slice output -> nodes to put in its place
         removed: set = set()
         splits: dict = {}  # Split piece -> (Split input, axis, sizes, piece index)
-        for (x, axis, dim), parts in groups.items():
+        candidates = {}
+        for key, parts in groups.items():
             parts.sort()
-            if len(parts) < 2 or any(a[1] > b[0] for a, b in zip(parts, parts[1:])):
-                continue
+            if len(parts) >= 2 and all(a[1] <= b[0] for a, b in zip(parts, parts[1:])):
+                candidates[key] = parts
+        axis_of_piece = {out: key[1] for key, parts in candidates.items() for *_, out in parts}
+        for (x, axis, dim), parts in candidates.items():
+            if axis_of_piece.get(x, axis) != axis:
+                continue  # pieces of a piece: (2) below does all timesteps at once
             sizes, outs = self._pieces(parts, dim)
             members = {out for _, _, out in parts}
             first = next(n.output[0] for n in self.nodes if n.output[0] in members)
@@ -357,8 +362,15 @@ class OnnxBuilder(Builder):
                 nodes.extend(replace.get(n.output[0], ()))
                 continue
             nodes.append(n)
-        self.nodes = nodes
-        return nodes
+        # a Split whose every piece went to (2) is dead now
+        created = {id(n) for group in replace.values() for n in group}
+        used = {i for n in nodes for i in n.input} | set(keep)
+        self.nodes = [
+            n
+            for n in nodes
+            if not (id(n) in created and n.op_type == "Split" and used.isdisjoint(n.output))
+        ]
+        return self.nodes
 
     def _pieces(self, parts, dim):
         """Split sizes and outputs covering [0, dim), with fresh names for the gaps."""
@@ -486,8 +498,9 @@ class OnnxBuilder(Builder):
                 v = inner._node("Identity", [v], inner.elem_type(v), inner.shape(v))
             seen.add(v)
             graph_outputs.append(_value_info(v, inner.elem_type(v), inner.shape(v)))
+        body_nodes = inner.finalize(keep=[o.name for o in graph_outputs])
         graph = helper.make_graph(
-            inner.finalize(), self.names.new(f"{inner.prefix}/graph"), graph_inputs, graph_outputs
+            body_nodes, self.names.new(f"{inner.prefix}/graph"), graph_inputs, graph_outputs
         )
         steps = None
         if xs and self.shape(xs[0]) is not None:
