@@ -1,7 +1,7 @@
 """Properties over random configurations (hypothesis, bounded and derandomized).
 
-Unrolled == loop (static or dynamic T, constant or runtime lengths) == emit_step chained; bidirectional == forward + reversed reverse;
-float32 == float64 reference.
+Unrolled == loop (static or dynamic T, constant or runtime lengths) == emit_step chained;
+bidirectional == forward + reversed reverse; float32 == float64 reference.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ FULL = [
     )
     if not (p and k != "LSTM")
 ]
-# The product has ~2000 cases; a fixed sample keeps the file at a few seconds.
+# The product has ~2000 cases; a fixed sample keeps the file within seconds.
 CASES = random.Random(0).sample(FULL, 160)
 
 

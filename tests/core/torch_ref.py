@@ -9,6 +9,8 @@ from recurrent_lowering.passes import CellKind, Direction, IOLayout, RecurrentSp
 from recurrent_lowering.passes.gate_order import from_torch_module_params
 from recurrent_lowering.passes.spec import RELU
 
+torch.set_num_threads(1)  # 2 cores shared by several test processes: threads only contend
+
 MODULES = {CellKind.GRU: torch.nn.GRU, CellKind.LSTM: torch.nn.LSTM, CellKind.RNN: torch.nn.RNN}
 
 
