@@ -364,7 +364,7 @@ class OnnxBuilder(Builder):
             nodes.append(n)
         # a Split whose every piece went to (2) is dead now
         created = {id(n) for group in replace.values() for n in group}
-        used = {i for n in nodes for i in n.input} | set(keep)
+        used = _inputs_of(nodes) | set(keep)
         self.nodes = [
             n
             for n in nodes
@@ -527,6 +527,17 @@ class OnnxBuilder(Builder):
             s = inner.shape(v)
             self.types[out] = (inner.elem_type(v), None if s is None else (steps,) + s)
         return outputs[: len(new_carried)], outputs[len(new_carried) :]
+
+
+def _inputs_of(nodes) -> set:
+    """Every value the nodes read, including from inside their subgraphs (outer scope)."""
+    used = set()
+    for n in nodes:
+        used.update(n.input)
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else []) + list(a.graphs):
+                used |= _inputs_of(g.node) | {o.name for o in g.output}
+    return used
 
 
 def _value_info(name, elem_type, shape):

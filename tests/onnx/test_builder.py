@@ -99,7 +99,7 @@ def test_finalize_merges_per_step_slices(opset):
     pieces = [b.slice("x", 0, t, t + 1) for t in range(steps)]
     gates = [b.slice(p, -1, 4, 6) for p in pieces]
     outs = [b.add(p, b.constant(np.array(1.0))) for p in pieces[:2]] + gates
-    nodes = b.finalize()
+    nodes = b.finalize(keep=outs)
     ops = [n.op_type for n in nodes]
     assert ops.count("Split") == 2 and ops.count("Slice") == 1, ops
     x = np.random.default_rng(0).standard_normal((steps, 2, 6)).astype(np.float32)
@@ -115,3 +115,10 @@ def test_overlapping_slices_stay_slices():
     b.slice("x", 1, 0, 4)
     b.slice("x", 1, 2, 6)
     assert [n.op_type for n in b.finalize()] == ["Slice", "Slice"]
+
+
+def test_unused_time_split_is_dropped_but_kept_values_stay():
+    b = OnnxBuilder("n", np.float32, 17, Names({"x"}))
+    b.declare("x", b.float_type, (4, 2, 6))
+    gates = [b.slice(b.slice("x", 0, t, t + 1), -1, 0, 2) for t in range(4)]
+    assert [n.op_type for n in b.finalize(keep=gates)] == ["Slice", "Split"]
