@@ -69,9 +69,11 @@ def run(argv: list[str]) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    from recurrent_lowering.passes import SpecError
+
     try:
         result = run(argv)
-    except LoweringError as e:
+    except (LoweringError, SpecError) as e:
         print(f"lower: error: {e}", file=sys.stderr)
         return 1
     print(report.summary(result))

@@ -1,0 +1,70 @@
+"""`lower --target aten`: a .pt2 that torch.export.load reads, with no recurrent aten op,
+matching the input model to 1e-5."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from recurrent_lowering.tests.tools.cli import run_lower
+
+RECURRENT = ("gru", "lstm", "rnn_tanh", "rnn_relu")
+
+
+def _recurrent_ops(program) -> list[str]:
+    return [
+        str(n.target)
+        for n in program.graph.nodes
+        if n.op == "call_function" and any(f"aten.{r}" in str(n.target) for r in RECURRENT)
+    ]
+
+
+class TwoLayerLstm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(6, 10, num_layers=2, bidirectional=True, batch_first=True)
+
+    def forward(self, x, h0, c0):
+        y, (h, c) = self.rnn(x, (h0, c0))
+        return y, h, c
+
+
+def test_user_pt2(tmp_path):
+    torch.manual_seed(0)
+    model = TwoLayerLstm().eval()
+    inputs = (torch.randn(2, 5, 6), torch.randn(4, 2, 10), torch.randn(4, 2, 10))
+    program = torch.export.export(model, inputs)
+    assert _recurrent_ops(program), (
+        "the input must contain a recurrent op for this test to mean anything"
+    )
+    torch.export.save(program, str(tmp_path / "lstm.pt2"))
+
+    result = run_lower(
+        ["lstm.pt2", "--target", "aten", "--output", "out/lstm_dec.pt2", "--report", "r.json"],
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    lowered = torch.export.load(str(tmp_path / "out/lstm_dec.pt2"))
+    assert _recurrent_ops(lowered) == []
+    with torch.no_grad():
+        expected = model(*inputs)
+        actual = lowered.module()(*inputs)
+    for e, a in zip(expected, actual):
+        assert torch.max(torch.abs(e - a)).item() <= 1e-5
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["target"] == "aten"
+    assert report["output"] == str(tmp_path / "out/lstm_dec.pt2")
+    assert report["numerics"]["max_abs_err"] <= 1e-5
+    assert report["time"]["total_s"] > 0
+
+
+@pytest.mark.parametrize("example", ["tiny_gru"])
+def test_bundled_example(tmp_path, example):
+    result = run_lower([example, "--target", "aten"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    lowered = torch.export.load(str(tmp_path / f"{example}.pt2"))
+    assert _recurrent_ops(lowered) == []
+    assert "SQNR" in result.stdout

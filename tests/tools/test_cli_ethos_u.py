@@ -1,0 +1,44 @@
+"""`lower tiny_gru --target ethos-u55-128`: a .pte, the .tosa and Vela summary beside it,
+and a report whose documented keys hold real values."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from recurrent_lowering.tests.tools.cli import run_lower
+
+
+def test_report_keys_have_real_values(tmp_path):
+    result = run_lower(
+        [
+            "tiny_gru",
+            "--target=ethos-u55-128",
+            "--report=r.json",
+            "--tosa_output=tiny.tosa",
+            "--vela_summary=vela.csv",
+        ],
+        str(tmp_path),
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "tiny_gru.pte").stat().st_size > 1000
+    assert (tmp_path / "tiny.tosa").stat().st_size > 100
+    assert "cycles" in (tmp_path / "vela.csv").read_text()
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["target"] == "ethos-u55-128"
+    assert report["output"] == str(tmp_path / "tiny_gru.pte")
+    assert report["vela"]["cycles"] > 0
+    assert 0 < report["vela"]["inference_time_s"] < 1
+    assert report["vela"]["sram_bytes"] > 0
+    assert report["vela"]["flash_bytes"] > 0
+    assert report["ops"]["delegated"] > 0
+    assert report["ops"]["cpu"] >= 0
+    # INT8 on a tiny GRU: the error is real but small.
+    assert 0 < report["numerics"]["max_abs_err"] < 0.05
+    assert 25 < report["numerics"]["sqnr_db"] < math.inf
+    assert report["time"]["total_s"] > 0
+    assert (tmp_path / "tiny_gru.error.png").read_bytes()[:4] == b"\x89PNG"
+    # The summary on stdout is Markdown, not Vela's own report.
+    assert result.stdout.startswith("## tiny_gru -> ethos-u55-128")
