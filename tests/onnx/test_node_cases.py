@@ -13,6 +13,7 @@ from onnx.backend.test.case.node import collect_testcases
 
 from recurrent_lowering.backends.onnx.rewrite import rewrite_model
 
+from . import models
 from .ort_util import assert_close, check_rewritten, run
 
 WEIGHT_POSITIONS = (1, 2, 3, 7)  # W, R, B, P
@@ -72,8 +73,7 @@ def test_node_case(name, strategy):
 @pytest.mark.parametrize("op,lbr,per_step", [("GRU", 1, 13), ("GRU", 0, 12), ("LSTM", 0, 11)])
 def test_unrolled_nodes_per_step(op, lbr, per_step):
     """Guards the per-step node count onnxruntime pays for (about 0.26 us per node)."""
-    from recurrent_lowering.tools.onnx_bench import model
-
     steps = 20
-    rewritten = rewrite_model(model(op, 8, 4, lbr, steps=steps), strategy="unrolled")
+    cfg = models.Config(op=op, steps=steps, batch=1, linear_before_reset=lbr, outputs=(1, 1, 0))
+    rewritten = rewrite_model(models.build(cfg)[0], strategy="unrolled")
     assert len(rewritten.graph.node) <= per_step * steps + 6
