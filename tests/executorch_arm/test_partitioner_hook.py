@@ -1,0 +1,58 @@
+"""RecurrentTOSAPartitioner: to_edge_transform_and_lower on a program that still holds
+aten.gru decomposes it with our core (transform_for_pre_decomposition), not torch's."""
+
+import torch
+from executorch.backends.arm.tosa import TosaSpecification
+from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
+from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+from torch import nn
+
+from recurrent_lowering.backends.executorch_arm import arm_hooks
+from recurrent_lowering.backends.executorch_arm.decompose import decompose_recurrent
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(2, 3, batch_first=True)
+        self.head = nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+def edge_graph(ep):
+    spec = TosaCompileSpec(TosaSpecification.create_from_string("TOSA-1.0+FP"))
+    edge = to_edge_transform_and_lower(
+        ep,
+        partitioner=[arm_hooks.create_partitioner(spec)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    gm = edge.exported_program().graph_module
+    lowered = [m for name, m in gm.named_children() if name.startswith("lowered_module")]
+    cpu = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and "delegate" not in str(n.target)
+        and "getitem" not in str(n.target)
+    ]
+    return lowered, cpu
+
+
+def test_partitioner_hook_uses_our_decomposition():
+    torch.manual_seed(0)
+    model, x = Tiny().eval(), torch.randn(1, 3, 2)
+    ep = torch.export.export(model, (x,))
+    hooked, cpu = edge_graph(ep)
+    assert len(hooked) == 1 and not cpu  # one delegate, nothing left on the CPU
+    ops = [n.target for m in hooked for n in m.original_module.graph.nodes]
+    assert not any("gru" in str(op) for op in ops)
+    # FP keeps aten.linear whole: the delegate has exactly the linears of our decomposition
+    # (hoisted input projection + one per step after the first + head), where torch's own
+    # GRU decomposition has two per step.
+    ours = decompose_recurrent(ep).graph.find_nodes(
+        op="call_function", target=torch.ops.aten.linear.default
+    )
+    linears = [op for op in ops if "linear" in str(op)]
+    assert len(linears) == len(ours) < 2 * x.shape[1] + 1
