@@ -86,24 +86,25 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     h' = o * h(c')                      (projection: h' = (o * h(c')) P^T)
     """
     h, c = state
-    H, (f_, g_, h_) = p.hidden_size, p.activations
+    H, (act_f, act_g, act_h) = p.hidden_size, p.activations
     k = 1 if p.input_forget else 2  # gates before o: (i) or (i, f)
     pre = x + e.linear(h, p.r)  # one recurrent matmul for all gates
     if p.p_o is None:  # no peepholes: i, f, o share one activation
-        gates = e.act(f_, p.clip_(e, pre[..., : (k + 1) * H]))
+        gates = e.act(act_f, p.clip_(e, pre[..., : (k + 1) * H]))
     else:  # i, f see c, o sees c': two activations
-        gates = e.act(f_, p.clip_(e, pre[..., : k * H] + p.p_if * e.concat([c] * k, -1)))
+        gates = e.act(act_f, p.clip_(e, pre[..., : k * H] + p.p_if * e.concat([c] * k, -1)))
     i = gates[..., :H]
-    g = e.act(g_, p.clip_(e, pre[..., (k + 1) * H : (k + 2) * H]))
-    if p.input_forget:
+    g = e.act(act_g, p.clip_(e, pre[..., (k + 1) * H : (k + 2) * H]))
+    if p.input_forget:  # f = 1 - i (onnxruntime): c' = (1 - i) * c + i * g
         c_new = c + i * (g - c)
     else:
-        c_new = gates[..., H : 2 * H] * c + i * g
+        f = gates[..., H : 2 * H]
+        c_new = f * c + i * g
     if p.p_o is None:
         o = gates[..., k * H : (k + 1) * H]
     else:
-        o = e.act(f_, p.clip_(e, pre[..., k * H : (k + 1) * H] + p.p_o * c_new))
-    h_new = o * e.act(h_, c_new)
+        o = e.act(act_f, p.clip_(e, pre[..., k * H : (k + 1) * H] + p.p_o * c_new))
+    h_new = o * e.act(act_h, c_new)
     if p.proj is not None:
         h_new = e.linear(h_new, p.proj)
     return h_new, c_new
