@@ -9,7 +9,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 GATES = {"GRU": 3, "LSTM": 4, "RNN": 1}
 NUM_ACTIVATIONS = {"GRU": 2, "LSTM": 3, "RNN": 1}
-ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
+ELEM = {
+    np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+}
 
 
 @dataclasses.dataclass
