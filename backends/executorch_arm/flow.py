@@ -59,7 +59,8 @@ class LoweringResult:
     output_map: Optional[list] = None  # program output i <- delegate output index
     input_quant: Optional[list] = None  # QuantParams | None per delegate input
     output_quant: Optional[list] = None  # QuantParams | None per delegate output
-    vela: Optional[vela.VelaResult] = None
+    vela: Optional[vela.VelaResult] = None  # our Vela re-run, with the per-layer table
+    executorch_vela: Optional[vela.VelaSummary] = None  # the summary ExecuTorch's own Vela wrote
     system_config: Optional[str] = None
     memory_mode: Optional[str] = None
 
@@ -97,14 +98,18 @@ def _compile_spec(target: str, artifact_dir: pathlib.Path, system_config, memory
     return spec
 
 
-def quantize(module, example_inputs, compile_spec, calibration_inputs=None):
-    """PT2E quantization with the Arm quantizer for `compile_spec` (int8, per-channel weights)."""
+def quantize(module, example_inputs, compile_spec, calibration_inputs=None, quantizer_factory=None):
+    """PT2E quantization with the Arm quantizer for `compile_spec` (int8, per-channel weights).
+
+    `quantizer_factory(compile_spec)` replaces ExecuTorch's `create_quantizer` (e.g. with
+    backends.executorch_arm.arm_hooks.create_quantizer, which decomposes with our passes).
+    """
     from executorch.backends.arm.quantizer import get_symmetric_quantization_config
     from executorch.backends.arm.util._factory import create_quantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     graph_module = _module_of(torch.export.export(module, example_inputs))
-    quantizer = create_quantizer(compile_spec)
+    quantizer = (quantizer_factory or create_quantizer)(compile_spec)
     quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(graph_module, quantizer)
     for sample in calibration_inputs or [example_inputs]:
@@ -166,12 +171,16 @@ def lower(
     system_config: Optional[str] = None,
     memory_mode: Optional[str] = None,
     run_vela: bool = True,
+    quantizer_factory=None,
+    partitioner_factory=None,
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
     INT and Ethos-U targets are quantized unless `quantize_model=False`. For Ethos-U targets
     Vela is re-run on the dumped TOSA with `--verbose-performance` (same accelerator, system
-    config and memory mode as the compile spec) when `run_vela`.
+    config and memory mode as the compile spec) when `run_vela`. `quantizer_factory` and
+    `partitioner_factory` (called with the compile spec) replace ExecuTorch's defaults, which is
+    where our own decomposition plugs in (backends.executorch_arm.arm_hooks).
     """
     from executorch.backends.arm.util._factory import create_partitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
@@ -181,7 +190,8 @@ def lower(
     quantized = ("+INT" in target or is_ethos) if quantize_model is None else quantize_model
     out_dir = pathlib.Path(artifact_dir or tempfile.mkdtemp(prefix="et_arm_"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("*.tosa"):  # a previous run's dumps would be counted again
+    stale = [*out_dir.glob("*.tosa"), *out_dir.glob("output/out_summary_*.csv")]
+    for old in stale:  # a previous run's dumps would be counted again
         old.unlink()
     if is_ethos:
         default_system, default_memory = vela.default_config(target)
@@ -193,7 +203,9 @@ def lower(
 
     t0 = time.perf_counter()
     if quantized:
-        quantized_module = quantize(module, example_inputs, spec, calibration_inputs)
+        quantized_module = quantize(
+            module, example_inputs, spec, calibration_inputs, quantizer_factory
+        )
         times["quantize"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         exported = torch.export.export(quantized_module, example_inputs)
@@ -204,7 +216,7 @@ def lower(
     t0 = time.perf_counter()
     edge = to_edge_transform_and_lower(
         exported,
-        partitioner=[create_partitioner(spec)],
+        partitioner=[(partitioner_factory or create_partitioner)(spec)],
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
     times["lower"] = time.perf_counter() - t0
@@ -257,6 +269,9 @@ def lower(
             tosa_files[0], target, system_config, memory_mode, output_dir=out_dir / "vela"
         )
         times["vela"] = time.perf_counter() - t0
+        own = sorted((out_dir / "output").glob(f"out_summary_{system_config}.csv"))
+        if own:  # ExecuTorch's Vela call writes this when dumping artifacts
+            result.executorch_vela = vela.parse_summary_csv(own[0])
     return result
 
 

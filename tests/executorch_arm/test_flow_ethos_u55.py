@@ -23,5 +23,7 @@ def test_tiny_gru_u55(tmp_path):
     assert 0 < summary.mac_utilisation < 1
     assert sum(op.cycles for op in result.vela.ops) == summary.cycles
     assert all(op.target == "NPU" for op in result.vela.ops)
+    # our Vela re-run sees the same network ExecuTorch compiled into the .pte
+    assert result.executorch_vela.cycles == summary.cycles
 
     assert flow.check_numerics(result, module, inputs).sqnr_db > 40
