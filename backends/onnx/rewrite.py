@@ -109,7 +109,12 @@ class _Rewriter:
     def run(self) -> int:
         self._graph(self.model.graph, Scope(self.model.graph, self.model.opset_import))
         used = {i for g in _all_graphs(self.model.graph) for n in g.node for i in n.input}
-        self.model.graph.initializer.extend(t for t in self.pool.initializers if t.name in used)
+        new = [t for t in self.pool.initializers if t.name in used]
+        self.model.graph.initializer.extend(new)
+        if self.model.ir_version < 4:  # IR 3: every initializer is also a graph input
+            self.model.graph.input.extend(
+                onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in new
+            )
         if self.count:
             _remove_dead(self.model, self.replaced_inputs)
         return self.count

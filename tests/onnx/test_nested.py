@@ -119,3 +119,17 @@ def test_if_and_loop_bodies_are_rewritten():
         got, want = run(rewritten, feeds), run(model, feeds)
         for g, w in zip(got, want, strict=True):
             assert_close(g, w)
+
+
+def test_ir3_model_lists_new_weights_as_inputs():
+    """IR version 3 requires every initializer to be a graph input too (opset 7 GRU)."""
+    model, feeds = models.build(models.Config(op="GRU", opset=7))
+    model.ir_version = 3
+    for t in model.graph.initializer:
+        model.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    rewritten = rewrite_model(model)
+    check_rewritten(rewritten)
+    inputs = {i.name for i in rewritten.graph.input}
+    assert all(t.name in inputs for t in rewritten.graph.initializer)
+    for g, w in zip(run(rewritten, feeds), run(model, feeds), strict=True):
+        assert_close(g, w)
