@@ -1,5 +1,5 @@
 """Vela summary / per-layer CSV parsing on files Vela 5.1.0 wrote here (tiny_gru, INT8, U55-128),
-and the defaults ExecuTorch uses per target."""
+and the Vela command line."""
 
 import pathlib
 
@@ -56,15 +56,6 @@ def test_vela_args_use_target_defaults():
     assert "--verbose-performance" in args and args[-1] == "m.tosa"
     custom = vela.vela_args("m.tosa", "/o", "ethos-u55-128", memory_mode="Sram_Only")
     assert "--memory-mode=Sram_Only" in custom
-
-
-@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u65-256", "ethos-u85-256"])
-def test_defaults_match_executorch_compile_spec(target):
-    from executorch.backends.arm.ethosu import EthosUCompileSpec
-
-    spec = EthosUCompileSpec(target)
-    assert f"--system-config={vela.default_config(target)[0]}" in spec.compiler_flags
-    assert f"--memory-mode={vela.default_config(target)[1]}" in spec.compiler_flags
 
 
 def test_unknown_accelerator():
