@@ -34,12 +34,27 @@ def _stdout_to_stderr_if_interactive():
 
 
 def _module(source):
-    if source.eager is not None:
-        return source.eager
-    try:
-        return source.program.module(check_guards=False)
-    except TypeError:  # a torch without check_guards
-        return source.program.module()
+    import torch
+
+    class ProgramModule(torch.nn.Module):
+        """A loaded .pt2 as a module. An exported program's own module refuses .eval() and
+        .train(), which the Arm flow calls; it is already in inference form."""
+
+        def __init__(self, program):
+            super().__init__()
+            try:
+                self.program = program.module(check_guards=False)
+            except TypeError:  # a torch without check_guards
+                self.program = program.module()
+
+        def forward(self, *args):
+            return self.program(*args)
+
+        def train(self, mode: bool = True):
+            self.training = mode
+            return self
+
+    return source.eager if source.eager is not None else ProgramModule(source.program)
 
 
 def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
