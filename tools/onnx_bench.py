@@ -109,8 +109,12 @@ def optimized_nodes(m: onnx.ModelProto) -> collections.Counter:
         return collections.Counter(n.op_type for n in onnx.load(path).graph.node)
 
 
-def profile_per_step(m: onnx.ModelProto, feeds: dict, runs: int = 50) -> dict:
-    """op type -> (nodes per step, microseconds per step) from onnxruntime's profiler."""
+def profile_per_step(m: onnx.ModelProto, feeds: dict, runs: int = 30) -> dict:
+    """op type -> (nodes per step, us per step) from onnxruntime's profiler.
+
+    Uses each op type's median kernel time (times nodes per step), so the occasional
+    preempted kernel on a shared machine does not dominate.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         sess = _session(m, os.path.join(tmp, "prof"))
         for _ in range(runs):
@@ -118,18 +122,114 @@ def profile_per_step(m: onnx.ModelProto, feeds: dict, runs: int = 50) -> dict:
         path = sess.end_profiling()
         with open(path) as f:
             events = json.load(f)
-    total = collections.Counter()
-    nodes = collections.defaultdict(set)
+    durations = collections.defaultdict(list)
     for e in events:
-        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
-            continue
-        op = e["args"].get("op_name", "?")
-        total[op] += e["dur"]
-        nodes[op].add(e["name"])
-    return {
-        op: (len(nodes[op]) / STEPS, total[op] / runs / STEPS)
-        for op in sorted(total, key=lambda k: -total[k])
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            durations[e["args"].get("op_name", "?")].append(e["dur"])
+    out = {}
+    for op, ds in durations.items():
+        per_step = len(ds) / runs / STEPS
+        out[op] = (per_step, statistics.median(ds) * per_step)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
+
+
+def op_costs(hidden: int = 256, chain: int = 400) -> dict:
+    """us of thread CPU per unit (one node, or a pair where a second node keeps the shape)
+    for the step ops of a GRU/LSTM at `hidden`: chains of identical units, onnxruntime's
+    per-node cost in isolation."""
+    rng = np.random.default_rng(0)
+    h3 = 3 * hidden
+
+    def ints(name, v):
+        return numpy_helper.from_array(np.asarray(v, np.int64), name)
+
+    cases = {
+        f"MatMul [1,1,{hidden}]x[{hidden},{h3}]": (
+            [1, 1, hidden],
+            lambda p, k: [
+                helper.make_node("MatMul", [p, "R"], [f"m{k}"]),
+                helper.make_node("Slice", [f"m{k}", "s0", "sh", "ax"], [f"o{k}"]),
+            ],
+            [
+                numpy_helper.from_array(
+                    rng.uniform(-0.05, 0.05, (hidden, h3)).astype(np.float32), "R"
+                ),
+                ints("s0", [0]),
+                ints("sh", [hidden]),
+                ints("ax", [-1]),
+            ],
+            2,
+        ),
+        f"Concat [1,1,{hidden}] x2 (+Slice)": (
+            [1, 1, hidden],
+            lambda p, k: [
+                helper.make_node("Concat", [p, p], [f"c{k}"], axis=-1),
+                helper.make_node("Slice", [f"c{k}", "s0", "sh", "ax"], [f"o{k}"]),
+            ],
+            [ints("s0", [0]), ints("sh", [hidden]), ints("ax", [-1])],
+            2,
+        ),
+        f"Add [1,1,{hidden}]": (
+            [1, 1, hidden],
+            lambda p, k: [helper.make_node("Add", [p, "x"], [f"o{k}"])],
+            [],
+            1,
+        ),
+        f"Mul [1,1,{hidden}]": (
+            [1, 1, hidden],
+            lambda p, k: [helper.make_node("Mul", [p, "x"], [f"o{k}"])],
+            [],
+            1,
+        ),
+        f"Sigmoid [1,1,{hidden}]": (
+            [1, 1, hidden],
+            lambda p, k: [helper.make_node("Sigmoid", [p], [f"o{k}"])],
+            [],
+            1,
+        ),
+        f"Tanh [1,1,{hidden}]": (
+            [1, 1, hidden],
+            lambda p, k: [helper.make_node("Tanh", [p], [f"o{k}"])],
+            [],
+            1,
+        ),
+        f"Split [1,1,{2 * hidden}] in 2 (+Concat)": (
+            [1, 1, 2 * hidden],
+            lambda p, k: [
+                helper.make_node("Split", [p, "sp"], [f"a{k}", f"b{k}"], axis=-1),
+                helper.make_node("Concat", [f"b{k}", f"a{k}"], [f"o{k}"], axis=-1),
+            ],
+            [ints("sp", [hidden, hidden])],
+            2,
+        ),
+        f"Slice [1,1,{2 * hidden}] (+Concat)": (
+            [1, 1, 2 * hidden],
+            lambda p, k: [
+                helper.make_node("Slice", [p, "s0", "sh", "ax"], [f"a{k}"]),
+                helper.make_node("Concat", [f"a{k}", f"a{k}"], [f"o{k}"], axis=-1),
+            ],
+            [ints("s0", [0]), ints("sh", [hidden]), ints("ax", [-1])],
+            2,
+        ),
     }
+    result = {}
+    for label, (shape, make, inits, per) in cases.items():
+        nodes, prev = [], "x"
+        for k in range(chain // per):
+            nodes += make(prev, k)
+            prev = f"o{k}"
+        graph = helper.make_graph(
+            nodes,
+            "chain",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info(prev, TensorProto.FLOAT, shape)],
+            inits,
+        )
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        x = {"x": rng.uniform(-0.1, 0.1, shape).astype(np.float32)}
+        cpu, _ = latencies_ms({"m": m}, x, 100)["m"]
+        result[label] = cpu * 1e3 / (chain // per)
+    return result
 
 
 def main(argv=None) -> int:
@@ -219,13 +319,25 @@ def main(argv=None) -> int:
             f"- {label}: "
             + ", ".join(f"{k} {emitted[k] / STEPS:.2f}->{ran[k] / STEPS:.2f}" for k in ops)
         )
+    if args.profile:
+        lines += [
+            "",
+            "### Cost of step ops in isolation (chains of 400 nodes, thread CPU)",
+            "",
+            "Per unit: one node, or a pair where a second node restores the shape for the",
+            "next link (MatMul+Slice, Split+Concat, Slice+Concat, Concat+Slice).",
+            "",
+            "| unit | us |",
+            "|---|---|",
+        ]
+        lines += [f"| {k} | {v:.2f} |" for k, v in op_costs().items()]
     for label, prof in profiles:
         lines += [
             "",
             f"### Per step, {label} (unrolled; onnxruntime profiler, after its fusions)",
             "",
-            "The profiler adds its own per-node cost, so absolute times are inflated; the",
-            "split between ops is what it shows.",
+            "Median kernel time per op type times nodes per step; the profiler adds its",
+            "own cost to every kernel, so cheap ops look dearer than they are.",
             "",
             "| op | nodes per step | us per step |",
             "|---|---|---|",
