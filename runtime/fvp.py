@@ -244,8 +244,12 @@ def run_fvp(
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s + 60)
     text = proc.stdout + proc.stderr
     log = parse_log(text)
-    if log.errors or log.model_ok is False:
-        raise FvpRunError(f"FVP run failed: {log.errors or 'Model run: 0'}\n{text[-4000:]}")
+    if log.errors:
+        raise FvpRunError(f"FVP run failed: {log.errors}\n{text[-4000:]}")
+    if log.model_ok is not True:
+        raise FvpRunError(
+            f"FVP exited with {proc.returncode} and no 'Model run: 1' line\n{text[-4000:]}"
+        )
     outputs = []
     for k, (shape, dtype) in enumerate(output_specs):
         path = work / f"out-{k}.bin"
