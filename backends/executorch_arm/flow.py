@@ -82,6 +82,14 @@ def _module_of(ep: torch.export.ExportedProgram) -> torch.fx.GraphModule:
         return ep.module()
 
 
+def _eval(module: torch.nn.Module) -> torch.nn.Module:
+    """Eval mode; an exported program's module (from a .pt2) refuses .eval() and needs none."""
+    try:
+        return module.eval()
+    except NotImplementedError:
+        return module
+
+
 def _compile_spec(target: str, artifact_dir: pathlib.Path, system_config, memory_mode):
     if target.startswith("TOSA"):
         from executorch.backends.arm.tosa import TosaSpecification
@@ -198,7 +206,7 @@ def lower(
         system_config = system_config or default_system
         memory_mode = memory_mode or default_memory
     spec = _compile_spec(target, out_dir, system_config, memory_mode)
-    module = module.eval()
+    module = _eval(module)
     times = {}
 
     t0 = time.perf_counter()
@@ -303,7 +311,7 @@ def check_numerics(
             f".tosa file(s), {result.cpu_nodes} CPU node(s)"
         )
     with torch.no_grad():
-        reference = [t.detach().numpy() for t in _flat_outputs(module.eval()(*inputs))]
+        reference = [t.detach().numpy() for t in _flat_outputs(_eval(module)(*inputs))]
     arrays = [inputs[i].detach().numpy() for i in result.input_map]
     delegate_out = tosa_reference.run(
         result.tosa_files[0],

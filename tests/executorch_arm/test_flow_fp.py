@@ -34,3 +34,15 @@ def test_sqnr():
     ref = np.array([1.0, -1.0, 2.0])
     assert flow.sqnr_db(ref, ref) == float("inf")
     assert flow.sqnr_db(ref, ref * 1.1) == pytest.approx(20.0)  # noise = 1% of the signal
+
+
+def test_exported_module_from_a_pt2(tmp_path):
+    """A module loaded from a .pt2 (it refuses .eval()) goes through the flow too."""
+    import torch
+
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Sigmoid())
+    x = torch.randn(1, 3)
+    torch.export.save(torch.export.export(module, (x,)), tmp_path / "m.pt2")
+    loaded = torch.export.load(tmp_path / "m.pt2").module(check_guards=False)
+    result = flow.lower(loaded, (x,), "TOSA-1.0+FP", artifact_dir=tmp_path / "art")
+    assert flow.check_numerics(result, loaded, (x,)).max_abs_err <= 1e-6
