@@ -3,7 +3,6 @@
 import unittest
 
 from recurrent_lowering.passes import spec
-
 from tools import greeting
 
 
