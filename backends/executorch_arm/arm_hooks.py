@@ -11,6 +11,12 @@ Public subclasses only; nothing in ExecuTorch is patched:
       runs `decompose_recurrent` first, so torch's own GRU/LSTM decomposition never runs
       (FP flows, or any program that still holds a recurrent op).
 
+With `keep_recurrent_on_cpu=True` the partitioners reject every node of a recurrent layer
+(fallback.KeepRecurrentOnCpu) and let `to_edge` decompose the layer's `aten.linear`s into
+portable ops (ops_to_not_decompose would otherwise keep them whole for the delegate), so the
+layer runs in ExecuTorch's portable CPU runtime. After partitioning, `cpu_reasons` counts why
+each node left outside a delegate is there.
+
 `create_quantizer` / `create_partitioner` mirror `executorch.backends.arm.util._factory`.
 """
 
@@ -23,6 +29,7 @@ from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
+from . import fallback
 from .arm_passes import DecomposeRecurrentPass
 from .decompose import decompose_recurrent
 
@@ -38,9 +45,34 @@ class _QuantizerHook:
 class _PartitionerHook:
     strategy = "unrolled"
 
+    def __init__(self, compile_spec, additional_checks=None, keep_recurrent_on_cpu=False):
+        checks = list(additional_checks or ())
+        if keep_recurrent_on_cpu:
+            checks.append(fallback.KeepRecurrentOnCpu())
+        super().__init__(compile_spec, checks or None)
+        self.keep_recurrent_on_cpu = keep_recurrent_on_cpu
+        self.cpu_reasons = None  # collections.Counter after partition()
+
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram):
         ep = decompose_recurrent(exported_program, self.strategy)
         return super().transform_for_pre_decomposition(ep)
+
+    def ops_to_not_decompose(self, ep):
+        ops, keep_whole = super().ops_to_not_decompose(ep)
+        if not self.keep_recurrent_on_cpu or keep_whole is None:
+            return ops, keep_whole
+
+        def filter_fn(node):  # a CPU node kept whole would have no portable kernel
+            return fallback.recurrent_layer_of(node) is None and keep_whole(node)
+
+        return ops, filter_fn
+
+    def partition(self, exported_program: ExportedProgram):
+        result = super().partition(exported_program)
+        self.cpu_reasons = fallback.cpu_reasons(
+            result.tagged_exported_program.graph, self.keep_recurrent_on_cpu, str(self.tosa_spec)
+        )
+        return result
 
 
 class RecurrentTOSAQuantizer(_QuantizerHook, TOSAQuantizer):
@@ -67,9 +99,9 @@ def create_quantizer(compile_spec):
     raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
 
 
-def create_partitioner(compile_spec, additional_checks=None):
+def create_partitioner(compile_spec, additional_checks=None, keep_recurrent_on_cpu=False):
     if isinstance(compile_spec, TosaCompileSpec):
-        return RecurrentTOSAPartitioner(compile_spec, additional_checks)
+        return RecurrentTOSAPartitioner(compile_spec, additional_checks, keep_recurrent_on_cpu)
     if isinstance(compile_spec, EthosUCompileSpec):
-        return RecurrentEthosUPartitioner(compile_spec, additional_checks)
+        return RecurrentEthosUPartitioner(compile_spec, additional_checks, keep_recurrent_on_cpu)
     raise ValueError(f"no recurrent-lowering partitioner for {type(compile_spec).__name__}")

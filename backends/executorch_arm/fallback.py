@@ -1,0 +1,89 @@
+"""Which nodes stay on the CPU, and why: recurrent layers kept off the NPU, and their reasons.
+
+A recurrent layer kept on the CPU is still decomposed by our core (ExecuTorch's portable
+runtime has no `aten::gru` kernel), so it is recognised by provenance, not by op: the fx
+builder copies `nn_module_stack` from the replaced `aten.gru`, so every emitted node (and
+what `to_edge` decomposes it into) names the `nn.GRU`/`LSTM`/`RNN` module it came from.
+
+  KeepRecurrentOnCpu       an operator-support check for the partitioner's `additional_checks`:
+                           rejects nodes of recurrent layers;
+  cpu_reasons              why each node left outside a delegate is there, counted per reason.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Mapping, Optional
+
+import torch
+from torch.fx import Node
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+# Module types whose nodes count as "recurrent layer" (nn_module_stack stores them as
+# "module.qualname" strings or as classes, depending on who built the graph).
+RECURRENT_MODULES = (
+    torch.nn.GRU,
+    torch.nn.LSTM,
+    torch.nn.RNN,
+    torch.nn.GRUCell,
+    torch.nn.LSTMCell,
+    torch.nn.RNNCell,
+)
+_RECURRENT_NAMES = frozenset(f"{t.__module__}.{t.__qualname__}" for t in RECURRENT_MODULES)
+
+KEPT_ON_CPU = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
+QDQ_AT_BOUNDARY = "q/dq at delegate boundary"
+QDQ_ON_CPU = "q/dq around CPU ops"
+
+
+def _type_name(t) -> str:
+    return t if isinstance(t, str) else f"{t.__module__}.{t.__qualname__}"
+
+
+def recurrent_layer_of(node: Node) -> Optional[str]:
+    """The module path of the recurrent layer `node` was emitted for, or None."""
+    stack = node.meta.get("nn_module_stack") or {}
+    for path, module_type in reversed(list(stack.values())):
+        if _type_name(module_type) in _RECURRENT_NAMES:
+            return str(path).replace("L['self'].", "").replace("L__self__", "")
+    return None
+
+
+class KeepRecurrentOnCpu(OperatorSupportBase):
+    """Negative support check: nodes coming from a recurrent layer are not delegated."""
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: Node) -> bool:
+        return recurrent_layer_of(node) is None
+
+
+def _is_qdq(node: Node) -> bool:
+    name = str(node.target)
+    return "quantize_per_tensor" in name or "quantize_per_channel" in name
+
+
+def _op_name(node: Node) -> str:
+    name = str(getattr(node.target, "__name__", node.target))
+    return name.replace("aten.", "").replace("dim_order_ops.", "")
+
+
+def cpu_reasons(
+    graph: torch.fx.Graph, keep_recurrent_on_cpu: bool, target: str
+) -> collections.Counter:
+    """Reason -> count for the call_function nodes of a tagged edge graph that carry no
+    `delegation_tag` (so run on the CPU). getitem nodes are bookkeeping and not counted."""
+    reasons: collections.Counter = collections.Counter()
+    for node in graph.nodes:
+        if node.op != "call_function" or "delegation_tag" in node.meta:
+            continue
+        if _op_name(node) == "getitem":
+            continue
+        if _is_qdq(node):
+            neighbours = [*node.all_input_nodes, *node.users]
+            at_boundary = any("delegation_tag" in n.meta for n in neighbours)
+            reason = QDQ_AT_BOUNDARY if at_boundary else QDQ_ON_CPU
+        elif keep_recurrent_on_cpu and recurrent_layer_of(node) is not None:
+            reason = KEPT_ON_CPU
+        else:
+            reason = f"{_op_name(node)} not supported on {target}"
+        reasons[reason] += 1
+    return reasons
