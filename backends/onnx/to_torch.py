@@ -1,0 +1,399 @@
+"""An ONNX model without recurrent nodes as a torch module that torch.export can trace.
+
+This is the bridge of the ONNX -> Ethos-U route (docs/onnx_to_ethos_u.md): `rewrite_model`
+(strategy "unrolled") leaves only elementary ops, onnx2torch turns them into a
+torch.fx.GraphModule, and ExecuTorch's Arm flow takes it from there.
+
+onnx2torch is used as installed (1.5.15, without torchvision) and is not patched. Three
+things are added here, each because the raw conversion cannot be exported or lowered:
+
+- Its Slice, Split(13), Squeeze/Unsqueeze(13) and Reshape modules take their indices as
+  tensors and read them with `.numpy()`/`.tolist()` in `forward`, which torch.export
+  cannot trace. When those tensors are constants (initializers or Constant nodes, as in
+  every graph our rewrite emits) the modules are replaced by ones holding Python ints.
+- Identity becomes `clone()`, a copy the Arm backend would carry; such nodes are dropped.
+- The registry stops at opset 17 for several ops. Versions that only added element types
+  (listed in `_TYPE_ONLY_VERSIONS`) reuse the previous converter; Split-18 and
+  ThresholdedRelu (missing altogether, and emitted by the rewrite) get their own.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from ._torchvision_stub import torchvision_stub
+
+# (op, version) whose change over the previous version only added element types
+# (float8/int4/bfloat16...) that nothing here produces: the older converter is exact.
+_TYPE_ONLY_VERSIONS = {
+    "Cast": (19, 21, 23),
+    "Constant": (19, 21, 23),
+    "Identity": (19, 21, 23),
+    "Reshape": (19, 21, 23),
+    "Shape": (19, 21, 23),
+    "Flatten": (21, 23),
+    "Transpose": (21, 23),
+    "Squeeze": (23,),
+    "Unsqueeze": (21, 23),
+    "Elu": (22,),
+    "HardSigmoid": (22,),
+    "Softplus": (22,),
+    "Softsign": (22,),
+}
+_CONTROL_FLOW = ("Scan", "Loop", "If")
+_RECURRENT = ("GRU", "LSTM", "RNN")
+
+
+class ToTorchError(ValueError):
+    """The ONNX model cannot become an exportable torch module; the message names the node."""
+
+
+@functools.lru_cache(maxsize=None)
+def _onnx2torch():
+    """onnx2torch, imported with the torchvision stand-in, its registry extended."""
+    with torchvision_stub():
+        import onnx2torch
+        from onnx2torch.node_converters import registry
+    for op, versions in _TYPE_ONLY_VERSIONS.items():
+        for version in versions:
+            previous = registry.get_converter(op, version - 1)
+            _register(registry, op, version, previous)
+    _register(registry, "Split", 18, _convert_split18)
+    for version in (10, 22):  # the rewrite emits it for the ThresholdedRelu activation
+        _register(registry, "ThresholdedRelu", version, _convert_thresholded_relu)
+    return onnx2torch
+
+
+def _register(registry, op: str, version: int, converter) -> None:
+    try:
+        registry.add_converter(operation_type=op, version=version)(converter)
+    except ValueError:  # already registered: a newer onnx2torch has its own
+        pass
+
+
+class _SplitChunks(nn.Module):
+    """Split-18 with `num_outputs`: chunks of ceil(dim / n), the last one smaller."""
+
+    def __init__(self, num_outputs: int, axis: int):
+        super().__init__()
+        self.num_outputs, self.axis = num_outputs, axis
+
+    def forward(self, x):
+        return torch.split(x, math.ceil(x.shape[self.axis] / self.num_outputs), dim=self.axis)
+
+
+def _convert_split18(node, graph):
+    from onnx2torch.node_converters.split import OnnxSplit13
+    from onnx2torch.utils.common import OperationConverterResult, onnx_mapping_from_node
+
+    axis = node.attributes.get("axis", 0)
+    outputs = len(node.output_values)
+    has_sizes = len(node.input_values) > 1 and node.input_values[1]
+    module = (
+        OnnxSplit13(num_splits=outputs, axis=axis) if has_sizes else _SplitChunks(outputs, axis)
+    )
+    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
+
+
+class ThresholdedRelu(nn.Module):
+    def __init__(self, alpha: float):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x):
+        return torch.where(x > self.alpha, x, torch.zeros_like(x))
+
+
+def _convert_thresholded_relu(node, graph):
+    from onnx2torch.utils.common import OperationConverterResult, onnx_mapping_from_node
+
+    module = ThresholdedRelu(float(node.attributes.get("alpha", 1.0)))
+    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
+
+
+# Replacements holding Python ints (ONNX semantics: negative axes count from the back,
+# out-of-range slice bounds clamp, as Python slices do).
+
+
+class StaticSlice(nn.Module):
+    def __init__(self, specs: list):  # [(axis, start, end, step)]
+        super().__init__()
+        self.specs = specs
+
+    def forward(self, x):
+        for axis, start, end, step in self.specs:
+            axis %= x.dim()
+            lead = (slice(None),) * axis
+            if step > 0:
+                x = x[lead + (slice(start, end, step),)]
+                continue
+            picked = range(x.shape[axis])[slice(start, end, step)]
+            first = x.shape[axis] - 1 - picked.start if len(picked) else 0
+            x = x.flip(axis)[lead + (slice(first, first + len(picked) * -step, -step),)]
+        return x
+
+
+class StaticSplit(nn.Module):
+    def __init__(self, sizes: list, axis: int):
+        super().__init__()
+        self.sizes, self.axis = sizes, axis
+
+    def forward(self, x):
+        return torch.split(x, self.sizes, dim=self.axis)
+
+
+class StaticSqueeze(nn.Module):
+    def __init__(self, axes: list):
+        super().__init__()
+        self.axes = axes
+
+    def forward(self, x):
+        if not self.axes:
+            return x.squeeze()
+        for axis in sorted((a % x.dim() for a in self.axes), reverse=True):
+            x = x.squeeze(axis)
+        return x
+
+
+class StaticUnsqueeze(nn.Module):
+    def __init__(self, axes: list):
+        super().__init__()
+        self.axes = axes
+
+    def forward(self, x):
+        rank = x.dim() + len(self.axes)
+        for axis in sorted(a % rank for a in self.axes):
+            x = x.unsqueeze(axis)
+        return x
+
+
+class StaticReshape(nn.Module):
+    def __init__(self, shape: list):
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x):
+        return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(self.shape)])
+
+
+def _ints(value) -> list:
+    return [int(v) for v in value.reshape(-1).tolist()]
+
+
+def _static_slice(module, starts, ends, axes=None, steps=None):
+    starts, ends = _ints(starts), _ints(ends)
+    axes = _ints(axes) if axes is not None else list(range(len(starts)))
+    steps = _ints(steps) if steps is not None else [1] * len(starts)
+    return StaticSlice(list(zip(axes, starts, ends, steps)))
+
+
+def _static_split(module, sizes=None):
+    return None if sizes is None else StaticSplit(_ints(sizes), module.axis)
+
+
+_STATIC = {
+    "OnnxSlice": _static_slice,
+    "OnnxSplit13": _static_split,
+    "OnnxSqueezeDynamicAxes": lambda module, axes=None: StaticSqueeze(
+        [] if axes is None else _ints(axes)
+    ),
+    "OnnxUnsqueezeDynamicAxes": lambda module, axes: StaticUnsqueeze(_ints(axes)),
+    "OnnxReshape": lambda module, shape: StaticReshape(_ints(shape)),
+}
+
+
+def _constant(gm: torch.fx.GraphModule, arg):
+    """The tensor behind an fx argument if it is a constant (initializer or Constant node)."""
+    if arg is None:
+        return None, True
+    if not isinstance(arg, torch.fx.Node):
+        return arg, True
+    if arg.op == "get_attr":
+        owner, _, name = arg.target.rpartition(".")
+        return getattr(gm.get_submodule(owner) if owner else gm, name), True
+    if arg.op == "call_module":
+        module = gm.get_submodule(arg.target)
+        if type(module).__name__ == "OnnxConstant" and isinstance(module.value, torch.Tensor):
+            return module.value, True
+    return None, False
+
+
+def _propagate_shapes(gm: torch.fx.GraphModule, model: onnx.ModelProto) -> None:
+    """Output shapes in node.meta when the inputs are static (for the bias fold's rank)."""
+    if all(d is not None for _, shape, _ in input_specs(model) for d in shape):
+        from torch.fx.passes.shape_prop import ShapeProp
+
+        try:
+            with torch.no_grad():
+                ShapeProp(gm).propagate(*example_inputs(model))
+        except Exception:  # noqa: BLE001 - without shapes only rank-1 biases are folded
+            for node in gm.graph.nodes:
+                node.meta.pop("tensor_meta", None)
+
+
+def _make_static(gm: torch.fx.GraphModule) -> dict:
+    """Replace modules that read constant index tensors at run time; drop Identity copies.
+    Returns {module class: count} of what was replaced, for tests and reports."""
+    replaced: dict = {}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module":
+            continue
+        kind = type(gm.get_submodule(node.target)).__name__
+        if kind == "OnnxCopyIdentity" and node.args[0].op != "placeholder":
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            replaced[kind] = replaced.get(kind, 0) + 1
+            continue
+        if kind not in _STATIC:
+            continue
+        constants = [_constant(gm, a) for a in node.args[1:]]
+        if not all(ok for _, ok in constants):
+            continue  # a data-dependent index: left as is, torch.export will name the node
+        static = _STATIC[kind](gm.get_submodule(node.target), *[v for v, _ in constants])
+        if static is None:
+            continue
+        gm.add_submodule(node.target, static)
+        node.args = node.args[:1]
+        replaced[kind] = replaced.get(kind, 0) + 1
+    return replaced
+
+
+def _prune(gm: torch.fx.GraphModule) -> None:
+    """Drop dead nodes, initializers nothing reads any more and unused submodules."""
+    gm.graph.eliminate_dead_code()
+    used = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    initializers = getattr(gm, "initializers", torch.nn.Module())
+    for name in [n for n, _ in initializers.named_buffers(recurse=False)]:
+        if f"initializers.{name}" not in used:
+            delattr(initializers, name)
+    gm.delete_all_unused_submodules()
+    gm.recompile()
+
+
+def _is_add(module) -> bool:
+    return (
+        type(module).__name__ == "OnnxBinaryMathOperation"
+        and module.math_op_function is torch.add
+        and module.broadcast is None
+    )
+
+
+def _matmul_to_linear(gm: torch.fx.GraphModule) -> int:
+    """MatMul by a constant [K, N] matrix (and a following Add of a constant [N]-sized
+    bias) becomes nn.Linear: the Arm quantizer then quantizes the weight per output
+    channel and the bias as int32, instead of treating both as int8 activations."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module":
+            continue
+        if type(gm.get_submodule(node.target)).__name__ != "OnnxMatMul":
+            continue
+        weight, ok = _constant(gm, node.args[1])
+        if not ok or weight is None or weight.dim() != 2 or not weight.is_floating_point():
+            continue
+        linear = nn.Linear(weight.shape[0], weight.shape[1], bias=False, dtype=weight.dtype)
+        linear.weight = nn.Parameter(weight.detach().t().contiguous(), requires_grad=False)
+        out = node
+        (user,) = node.users if len(node.users) == 1 else (None,)
+        if user is not None and user.op == "call_module" and _is_add(gm.get_submodule(user.target)):
+            other = user.args[1] if user.args[0] is node else user.args[0]
+            bias, ok = _constant(gm, other)
+            meta = node.meta.get("tensor_meta")
+            rank = len(meta.shape) if meta is not None else 1  # from _propagate_shapes
+            if ok and bias is not None and bias.shape[-1:] == (weight.shape[1],):
+                if bias.numel() == weight.shape[1] and bias.dim() <= rank:
+                    linear.bias = nn.Parameter(bias.detach().reshape(-1), requires_grad=False)
+                    out = user
+        gm.add_submodule(node.target, linear)
+        node.args = node.args[:1]
+        if out is not node:
+            user.replace_all_uses_with(node)
+            gm.graph.erase_node(user)
+        count += 1
+    return count
+
+
+def _check_convertible(model: onnx.ModelProto) -> None:
+    for node in model.graph.node:
+        label = f"node {node.name or node.output[0]!r} ({node.op_type})"
+        if node.op_type in _RECURRENT and node.domain in ("", "ai.onnx"):
+            raise ToTorchError(
+                f"{label}: rewrite recurrent nodes first (rewrite_model(strategy='unrolled'))"
+            )
+        if node.op_type in _CONTROL_FLOW:
+            raise ToTorchError(
+                f"{label}: control flow has no static torch graph; rewrite with strategy='unrolled'"
+            )
+
+
+def onnx_to_torch(model: onnx.ModelProto) -> torch.fx.GraphModule:
+    """`model` (no GRU/LSTM/RNN/Scan/Loop/If left) as an eval-mode fx GraphModule whose
+    forward takes the graph inputs (initializers excluded) in order and returns the graph
+    outputs (a tuple when there are several)."""
+    _check_convertible(model)
+    onnx2torch = _onnx2torch()
+    try:
+        gm = onnx2torch.convert(model)
+    except NotImplementedError as e:
+        raise ToTorchError(f"onnx2torch cannot convert this model: {e}") from e
+    replaced = _make_static(gm)
+    _prune(gm)
+    _propagate_shapes(gm, model)
+    replaced["OnnxMatMul"] = _matmul_to_linear(gm)
+    _prune(gm)
+    gm.replaced_modules = replaced  # {onnx2torch class: count}, for tests and reports
+    return gm.eval()
+
+
+def input_specs(model: onnx.ModelProto) -> list:
+    """[(name, shape, numpy dtype)] of the graph inputs that are not initializers; dynamic
+    dimensions are None."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        t = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        specs.append((value.name, shape, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)))
+    return specs
+
+
+def with_static_inputs(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
+    """A copy whose graph inputs have the given static shapes (name -> shape), with shapes
+    re-inferred: an NPU graph is static, and an unrolled rewrite needs a static T."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for value in out.graph.input:
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            if len(dims) != len(shapes[value.name]):
+                raise ToTorchError(
+                    f"input {value.name!r}: rank {len(dims)}, given shape {shapes[value.name]}"
+                )
+            for dim, size in zip(dims, shapes[value.name]):
+                dim.Clear()
+                dim.dim_value = int(size)
+    del out.graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(out)
+
+
+def example_inputs(model: onnx.ModelProto, seed: int = 0) -> tuple:
+    """Inputs for `model`'s static input shapes: floats uniform(-1, 1), integers 1."""
+    rng = np.random.default_rng(seed)
+    tensors = []
+    for name, shape, dtype in input_specs(model):
+        if any(d is None for d in shape):
+            raise ToTorchError(f"input {name!r}: shape {shape} is not static")
+        if np.issubdtype(dtype, np.floating):
+            array = rng.uniform(-1, 1, size=shape).astype(dtype)
+        else:
+            array = np.ones(shape, dtype=dtype)
+        tensors.append(torch.from_numpy(array))
+    return tuple(tensors)

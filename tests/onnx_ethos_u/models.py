@@ -1,0 +1,113 @@
+"""Tiny ONNX models with one recurrent node (weights as initializers) for the route's tests.
+
+`recurrent_with_head`: X [T, 1, I] -> GRU/LSTM/RNN -> Y [T, 1, 1, H] -> Squeeze(axis 1)
+-> MatMul [H, 1] -> Z [T, 1, 1]; Y_h is a second graph output, so both the sequence and
+the final state are checked. `recurrent`: the node alone, with any attributes, optional
+initial states and sequence_lens as graph inputs (feeds returned alongside).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+GATES = {"GRU": 3, "LSTM": 4, "RNN": 1}
+
+
+def _weights(op, input_size, hidden, directions, peepholes=False, seed=0) -> dict:
+    rng = np.random.default_rng(seed)
+    gates = GATES[op]
+
+    def u(*shape):
+        return rng.uniform(-0.3, 0.3, shape).astype(np.float32)
+
+    arrays = {
+        "W": u(directions, gates * hidden, input_size),
+        "R": u(directions, gates * hidden, hidden),
+        "B": u(directions, 2 * gates * hidden),
+    }
+    if peepholes:
+        arrays["P"] = u(directions, 3 * hidden)
+    return arrays
+
+
+def _model(nodes, name, inputs, outputs, arrays, opset):
+    graph = helper.make_graph(
+        nodes, name, inputs, outputs, [numpy_helper.from_array(a, k) for k, a in arrays.items()]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+
+
+def recurrent_with_head(
+    op: str = "GRU", input_size: int = 8, hidden: int = 16, steps: int = 4, opset: int = 17
+) -> onnx.ModelProto:
+    arrays = _weights(op, input_size, hidden, 1)
+    arrays["head"] = np.random.default_rng(1).uniform(-0.3, 0.3, (hidden, 1)).astype(np.float32)
+    arrays["axis1"] = np.array([1], np.int64)
+    nodes = [
+        helper.make_node(op, ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden, name="rec"),
+        helper.make_node("Squeeze", ["Y", "axis1"], ["Y2"], name="squeeze"),
+        helper.make_node("MatMul", ["Y2", "head"], ["Z"], name="head"),
+    ]
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, 1, input_size])]
+    outputs = [
+        helper.make_tensor_value_info("Z", TensorProto.FLOAT, [steps, 1, 1]),
+        helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, 1, hidden]),
+    ]
+    return _model(nodes, f"{op.lower()}_head", inputs, outputs, arrays, opset)
+
+
+def recurrent(
+    op: str,
+    opset: int = 17,
+    input_size: int = 3,
+    hidden: int = 4,
+    batch: int = 2,
+    steps: int = 5,
+    initial_states: bool = False,
+    sequence_lens: bool = False,
+    peepholes: bool = False,
+    dynamic_steps: bool = False,
+    **attributes,
+) -> tuple[onnx.ModelProto, dict]:
+    """(model, feeds): the node alone; `attributes` go on the node (direction, clip, ...)."""
+    directions = 2 if attributes.get("direction") == "bidirectional" else 1
+    arrays = _weights(op, input_size, hidden, directions, peepholes)
+    rng = np.random.default_rng(1)
+    feeds = {"X": rng.uniform(-1, 1, (steps, batch, input_size)).astype(np.float32)}
+    names = ["X", "W", "R", "B", "", "", "", ""]
+    if sequence_lens:
+        feeds["sequence_lens"] = np.array([steps] + [max(1, steps - 2)] * (batch - 1), np.int32)
+        names[4] = "sequence_lens"
+    states = ["initial_h", "initial_c"] if op == "LSTM" else ["initial_h"]
+    for k, state in enumerate(states if initial_states else []):
+        feeds[state] = rng.uniform(-1, 1, (directions, batch, hidden)).astype(np.float32)
+        names[5 + k] = state
+    if peepholes:
+        names[7] = "P"
+    names = names[: 8 if op == "LSTM" else 6]
+    while names[-1] == "":
+        names.pop()
+    outputs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    node = helper.make_node(op, names, outputs, hidden_size=hidden, name="rec", **attributes)
+    inputs = []
+    for k, v in feeds.items():
+        shape = list(v.shape)
+        if k == "X" and dynamic_steps:
+            shape[0] = "T"
+        elem = TensorProto.INT32 if k == "sequence_lens" else TensorProto.FLOAT
+        inputs.append(helper.make_tensor_value_info(k, elem, shape))
+    t = "T" if dynamic_steps else steps
+    shapes = {"Y": [t, directions, batch, hidden], "Y_h": [directions, batch, hidden]}
+    shapes["Y_c"] = shapes["Y_h"]
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n]) for n in outputs]
+    return _model([node], op.lower(), inputs, outs, arrays, opset), feeds
+
+
+def sample_input(model: onnx.ModelProto, seed: int = 1) -> np.ndarray:
+    (x,) = model.graph.input
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)

@@ -1,0 +1,218 @@
+"""backends.onnx.to_torch: rewritten ONNX graphs become exportable torch modules that
+compute what onnxruntime computes on the original model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from recurrent_lowering.backends.onnx import rewrite, to_torch
+from recurrent_lowering.tests.onnx_ethos_u import models
+
+# onnx2torch classes that read index tensors at run time (torch.export cannot trace them),
+# Identity copies, and MatMuls the Arm quantizer would treat as activation x activation.
+NOT_EXPORTABLE = {
+    "OnnxSlice",
+    "OnnxSplit13",
+    "OnnxSqueezeDynamicAxes",
+    "OnnxUnsqueezeDynamicAxes",
+    "OnnxReshape",
+    "OnnxCopyIdentity",
+    "OnnxMatMul",
+}
+
+
+def _ort(model, feeds):
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, ["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _torch_outputs(module, feeds, model):
+    args = [torch.from_numpy(feeds[name]) for name, _, _ in to_torch.input_specs(model)]
+    with torch.no_grad():
+        out = module(*args)
+    return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def _classes(module):
+    return {type(m).__name__ for m in module.modules()}
+
+
+R = models.recurrent
+CONFIGS = {
+    f"{op}-opset{opset}-{name}": (op, dict(opset=opset, **kw))
+    for op in ("GRU", "LSTM", "RNN")
+    for opset in (14, 17, 22)
+    for name, kw in {
+        "forward": dict(batch=1),
+        "bidir-states-clip": dict(direction="bidirectional", initial_states=True, clip=1.5),
+        "reverse-seqlens": dict(direction="reverse", sequence_lens=True),
+    }.items()
+}
+CONFIGS.update(
+    {
+        "GRU-lbr-hardsigmoid-softsign": (
+            "GRU",
+            dict(linear_before_reset=1, activations=["HardSigmoid", "Softsign"]),
+        ),
+        "LSTM-peepholes-elu-softplus": (
+            "LSTM",
+            dict(peepholes=True, input_forget=1, activations=["Sigmoid", "Elu", "Softplus"]),
+        ),
+        "RNN-relu": ("RNN", dict(activations=["Relu"])),
+        "RNN-leakyrelu-opset22": (
+            "RNN",
+            dict(opset=22, activations=["LeakyRelu"], activation_alpha=[0.1]),
+        ),
+        "RNN-thresholdedrelu-opset22": (
+            "RNN",
+            dict(opset=22, activations=["ThresholdedRelu"], activation_alpha=[0.2]),
+        ),
+        "RNN-affine": ("RNN", dict(activations=["Affine"], activation_alpha=[0.5])),
+    }
+)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_rewritten_node_converts_and_matches_onnxruntime(name):
+    op, kw = CONFIGS[name]
+    model, feeds = R(op, **kw)
+    rewritten = rewrite.rewrite_model(model, strategy="unrolled")
+    module = to_torch.onnx_to_torch(rewritten)
+    assert not _classes(module) & NOT_EXPORTABLE
+    expected = _ort(model, feeds)
+    actual = _torch_outputs(module, feeds, rewritten)
+    assert len(actual) == len(expected)
+    for e, a in zip(expected, actual):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("op,opset", [("GRU", 22), ("LSTM", 17), ("RNN", 14)])
+def test_head_model_exports_with_the_same_numerics(op, opset):
+    model = models.recurrent_with_head(op, opset=opset)
+    module = to_torch.onnx_to_torch(rewrite.rewrite_model(model, strategy="unrolled"))
+    x = models.sample_input(model)
+    program = torch.export.export(module, (torch.from_numpy(x),))
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert "aten.linear.default" in targets and "aten.matmul.default" not in targets
+    with torch.no_grad():
+        out = program.module()(torch.from_numpy(x))
+    for e, a in zip(_ort(model, {"X": x}), out):
+        np.testing.assert_allclose(a.numpy(), e, atol=1e-5, rtol=0)
+
+
+def _single_op_model(op, inputs, consts, attrs=None, opset=18, outputs=1):
+    names = [f"out{i}" for i in range(outputs)]
+    node = helper.make_node(op, ["x", *consts], names, **(attrs or {}))
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(inputs))],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+        [numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in consts.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+BIG = 2**63 - 1
+SINGLE_OPS = {
+    "slice-neg-step": ("Slice", dict(s=[-1], e=[-BIG - 1], a=[1], p=[-2]), {}, 1),
+    "slice-clamped-neg-axis": ("Slice", dict(s=[1, -100], e=[BIG, 3], a=[-1, 0]), {}, 1),
+    "slice-neg-step-partial": ("Slice", dict(s=[4, 3], e=[0, -7], a=[2, 0], p=[-3, -1]), {}, 1),
+    "split-sizes": ("Split", dict(sizes=[1, 4]), dict(axis=2), 2),
+    "split18-uneven": ("Split", {}, dict(axis=2, num_outputs=2), 2),
+    "squeeze-neg": ("Squeeze", dict(axes=[-2]), {}, 1),
+    "unsqueeze-neg": ("Unsqueeze", dict(axes=[-1, 0]), {}, 1),
+    "reshape-zero-infer": ("Reshape", dict(shape=[0, -1]), {}, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE_OPS))
+def test_static_replacements_keep_onnx_semantics(name):
+    op, consts, attrs, outputs = SINGLE_OPS[name]
+    shape = (3, 1, 5) if op != "Slice" else (4, 3, 6)
+    model = _single_op_model(op, shape, consts, attrs, outputs=outputs)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    module = to_torch.onnx_to_torch(model)
+    assert not _classes(module) & NOT_EXPORTABLE
+    torch.export.export(module, (torch.from_numpy(x),))  # traces: the indices are ints now
+    for e, a in zip(_ort(model, {"x": x}), _torch_outputs(module, {"x": x}, model)):
+        np.testing.assert_array_equal(a, e)
+
+
+def test_recurrent_and_control_flow_nodes_are_refused_by_name():
+    model = models.recurrent_with_head("GRU")
+    with pytest.raises(to_torch.ToTorchError, match=r"node 'rec' \(GRU\).*unrolled"):
+        to_torch.onnx_to_torch(model)
+    scan = rewrite.rewrite_model(R("GRU", dynamic_steps=True)[0], strategy="scan")
+    with pytest.raises(to_torch.ToTorchError, match=r"\(Scan\): control flow"):
+        to_torch.onnx_to_torch(scan)
+
+
+def test_with_static_inputs_pins_dynamic_dims_for_an_unrolled_rewrite():
+    model, feeds = R("LSTM", dynamic_steps=True, batch=1)
+    assert to_torch.input_specs(model)[0][1] == (None, 1, 3)
+    with pytest.raises(Exception, match="static sequence length"):
+        rewrite.rewrite_model(model, strategy="unrolled")
+    pinned = to_torch.with_static_inputs(model, {"X": feeds["X"].shape})
+    module = to_torch.onnx_to_torch(rewrite.rewrite_model(pinned, strategy="unrolled"))
+    for e, a in zip(_ort(model, feeds), _torch_outputs(module, feeds, pinned)):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
+
+
+_STUB_PROBE = textwrap.dedent(
+    """
+    import importlib.util, sys
+    assert importlib.util.find_spec("torchvision") is None, "torchvision must not be installed"
+    from recurrent_lowering.backends.onnx import _torchvision_stub, to_torch
+    onnx2torch = to_torch._onnx2torch()
+    users = sorted(
+        name for name, module in list(sys.modules.items())
+        if name.startswith("onnx2torch")
+        and any(_torchvision_stub.is_stub(v) for v in vars(module).values())
+    )
+    print("users", users)
+    print("left", sorted(n for n in sys.modules if n.split(".")[0] == "torchvision"))
+    try:
+        import torchvision  # noqa: F401
+    except ModuleNotFoundError:
+        print("import torchvision: ModuleNotFoundError")
+    """
+)
+
+
+def test_torchvision_stub_serves_only_the_import_of_onnx2torch():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run(
+        [sys.executable, "-c", _STUB_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert (
+        "users ['onnx2torch.node_converters.nms', 'onnx2torch.node_converters.roialign']" in lines
+    )
+    assert "left []" in lines
+    assert "import torchvision: ModuleNotFoundError" in lines
+
+
+def test_nms_converter_says_torchvision_is_missing():
+    boxes = helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 3, 4])
+    scores = helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 3])
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max"], ["sel"])
+    selected = helper.make_tensor_value_info("sel", TensorProto.INT64, None)
+    most = numpy_helper.from_array(np.array([2], np.int64), "max")
+    graph = helper.make_graph([node], "g", [boxes, scores], [selected], [most])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    module = to_torch.onnx_to_torch(model)
+    with pytest.raises(ImportError, match="torchvision is not installed"):
+        module(torch.rand(1, 3, 4), torch.rand(1, 1, 3))
