@@ -1,0 +1,189 @@
+"""Quantization that suits recurrences, as a thin wrapper around ExecuTorch's Arm quantizer.
+
+A streaming recurrent model takes its hidden state in (h0) and returns the next one (h_n); the
+caller feeds h_n back as h0 at the next frame. If h0 and h_n carry different quantization
+parameters, every frame requantizes the state (round to another grid) and the error drifts.
+`RecurrentStateQuantizer` lets the Arm quantizer annotate as usual, then gives each h_n the
+same quantization as its h0 (`SharedQuantizationSpec`: one observer sees both during
+calibration), so dequantize(h_n) fed back quantizes to exactly the same integers.
+
+It also
+  - leaves recurrent layers in float (`keep_recurrent_on_cpu`): they run on the CPU in fp32,
+    and only the delegated rest is quantized;
+  - switches activations to 16 bit (`activations="int16"`, ExecuTorch's
+    `get_symmetric_a16w8_quantization_config`: int16 activations, int8 weights), for targets
+    whose TOSA profile has the int16 extension (TOSA-1.0+INT+int16, Ethos-U85).
+
+Use through `quantizer_factory(...)`, which `flow.lower(quantizer_factory=...)` accepts. The
+flow calls `set_global` with its int8 config; with `activations="int16"` this wrapper sets the
+a16w8 config instead (same per-channel weights, 16-bit activations).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Callable, Optional
+
+import torch
+from torch.fx import GraphModule, Node
+from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpec
+
+from . import fallback
+
+ACTIVATIONS = ("int8", "int16")
+# Recurrent ops whose outputs are (y, h_n) or (y, h_n, c_n), with hx = h0 or [h0, c0].
+_STATE_OPS = (
+    torch.ops.aten.gru.input,
+    torch.ops.aten.rnn_tanh.input,
+    torch.ops.aten.rnn_relu.input,
+    torch.ops.aten.lstm.input,
+)
+_Q_KEY = "quantization_annotation"
+
+
+def state_pairs(graph: torch.fx.Graph) -> list[tuple[str, int]]:
+    """(initial state placeholder name, program output index of the final state) for each
+    state (h, and c of an LSTM) of a recurrent op that is a program input and whose final value
+    is a program output."""
+    outputs = list(graph.output_node().args[0])
+    pairs = []
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target not in _STATE_OPS:
+            continue
+        hx = node.args[1]
+        for k, state in enumerate(hx if isinstance(hx, (list, tuple)) else [hx]):
+            if not (isinstance(state, Node) and state.op == "placeholder"):
+                continue
+            for user in node.users:
+                if user.target is operator.getitem and user.args[1] == k + 1:
+                    pairs += [(state.name, i) for i, o in enumerate(outputs) if o is user]
+    return pairs
+
+
+def _activation_config(activations: str, config):
+    if activations == "int8":
+        return config
+    if activations == "int16":
+        from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
+
+        return get_symmetric_a16w8_quantization_config(is_per_channel=True)
+    raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+
+
+class RecurrentStateQuantizer(Quantizer):
+    """Wraps an Arm quantizer: float recurrent layers on request, h_n shares h0's qparams."""
+
+    def __init__(
+        self,
+        base: Quantizer,
+        keep_recurrent_on_cpu: bool = False,
+        activations: str = "int8",
+        share_state: bool = True,
+    ):
+        super().__init__()
+        if activations not in ACTIVATIONS:
+            raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
+        self.base = base
+        self.keep_recurrent_on_cpu = keep_recurrent_on_cpu
+        self.activations = activations
+        self.share_state = share_state
+        self.pairs: list[tuple[str, int]] = []  # found by transform_for_annotation
+        self.shared: list[tuple[str, str]] = []  # (h0, h_n producer) annotated as shared
+        if keep_recurrent_on_cpu:
+            for module_type in fallback.RECURRENT_MODULES:
+                base.set_module_type(module_type, None)
+
+    def set_global(self, quantization_config):
+        self.base.set_global(_activation_config(self.activations, quantization_config))
+        return self
+
+    def set_io(self, quantization_config):
+        self.base.set_io(_activation_config(self.activations, quantization_config))
+        return self
+
+    def transform_for_annotation(self, model: GraphModule) -> GraphModule:
+        self.pairs = state_pairs(model.graph)  # before the recurrent ops are decomposed
+        return self.base.transform_for_annotation(model)
+
+    def annotate(self, model: GraphModule) -> GraphModule:
+        model = self.base.annotate(model)
+        if self.keep_recurrent_on_cpu:
+            _float_recurrent_layers(model.graph)
+        elif self.share_state:
+            self.shared = _share_state(model.graph, self.pairs)
+        return model
+
+    def validate(self, model: GraphModule) -> None:
+        self.base.validate(model)
+
+
+def _float_recurrent_layers(graph: torch.fx.Graph) -> None:
+    """Drop every annotation that would quantize a value inside a float recurrent layer: its
+    own nodes (shape ops the shared-qspec pass reached), program inputs read only by it (x,
+    h0) and program outputs it produces (h_n). The edges into delegated consumers keep theirs:
+    that is the quantize at the delegate boundary."""
+    for node in graph.nodes:
+        if node.op == "call_function" and fallback.recurrent_layer_of(node) is not None:
+            node.meta.pop(_Q_KEY, None)
+        elif node.op == "placeholder" and node.users:
+            if all(fallback.recurrent_layer_of(u) is not None for u in node.users):
+                node.meta.pop(_Q_KEY, None)
+        elif node.op == "output" and _Q_KEY in node.meta:
+            inputs = node.meta[_Q_KEY].input_qspec_map
+            for producer in list(inputs):
+                if fallback.recurrent_layer_of(producer) is not None:
+                    del inputs[producer]
+
+
+# Ops that move values without computing: TOSA lowers them without a rescale, so their
+# output must keep their input's quantization (the Arm quantizer shares it).
+_SHAPE_OPS = {
+    torch.ops.aten.permute.default,
+    torch.ops.aten.view.default,
+    torch.ops.aten.reshape.default,
+    torch.ops.aten.squeeze.dims,
+    torch.ops.aten.squeeze.dim,
+    torch.ops.aten.unsqueeze.default,
+    torch.ops.aten.transpose.int,
+    torch.ops.aten.clone.default,
+}
+
+
+def _through_shape_ops(node):
+    """The node that computes `node`'s values (skipping permutes, views, squeezes)."""
+    while isinstance(node, Node) and node.op == "call_function" and node.target in _SHAPE_OPS:
+        node = node.args[0]
+    return node
+
+
+def _share_state(graph: torch.fx.Graph, pairs: list[tuple[str, int]]) -> list[tuple[str, str]]:
+    placeholders = {n.name: n for n in graph.find_nodes(op="placeholder")}
+    outputs = list(graph.output_node().args[0])
+    shared = []
+    for h0_name, index in pairs:
+        h0, h_n = placeholders.get(h0_name), _through_shape_ops(outputs[index])
+        annotation = h_n.meta.get(_Q_KEY) if isinstance(h_n, Node) else None
+        if h0 is None or annotation is None or _Q_KEY not in h0.meta:
+            continue  # not quantized (e.g. left in float): nothing to share
+        annotation.output_qspec = SharedQuantizationSpec(h0)
+        shared.append((h0.name, h_n.name))
+    return shared
+
+
+def quantizer_factory(
+    base_factory: Optional[Callable] = None,
+    keep_recurrent_on_cpu: bool = False,
+    activations: str = "int8",
+    share_state: bool = True,
+) -> Callable:
+    """A `quantizer_factory(compile_spec)` for flow.lower; `base_factory` defaults to
+    arm_hooks.create_quantizer (our decomposition in ExecuTorch's Arm quantizer)."""
+    if base_factory is None:
+        from .arm_hooks import create_quantizer as base_factory
+
+    def create(compile_spec) -> RecurrentStateQuantizer:
+        return RecurrentStateQuantizer(
+            base_factory(compile_spec), keep_recurrent_on_cpu, activations, share_state
+        )
+
+    return create
