@@ -57,19 +57,29 @@ def _module(source):
     return source.eager if source.eager is not None else ProgramModule(source.program)
 
 
+def _calibration_arrays(options, names: list[str] | None = None) -> list | None:
+    """The --calibration arrays (None without the flag): by input name when the .npz
+    names every one of `names`, else in the .npz's order."""
+    if options.calibration is None:
+        return None
+    try:
+        samples = np.load(options.calibration)
+        keys = names if names and set(names) <= set(samples.files) else samples.files
+        arrays = [samples[k] for k in keys]
+    except Exception as e:
+        raise LoweringError(f"{options.calibration}: not a readable .npz ({e})") from e
+    if not arrays:
+        raise LoweringError(f"{options.calibration}: holds no arrays")
+    return arrays
+
+
 def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     """(example inputs, calibration samples). Calibration comes from --calibration, else
     the model's own example inputs, else random inputs (with a warning in the report)."""
     import torch
 
-    if options.calibration is not None:
-        try:
-            samples = np.load(options.calibration)
-            arrays = [samples[k] for k in samples.files]
-        except Exception as e:
-            raise LoweringError(f"{options.calibration}: not a readable .npz ({e})") from e
-        if not arrays:
-            raise LoweringError(f"{options.calibration}: holds no arrays")
+    arrays = _calibration_arrays(options)
+    if arrays is not None:
         example = tuple(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
         return example, [example]
     if source.example_inputs is not None:
@@ -104,13 +114,22 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
 def lower(source, options, staging, output, report, progress) -> None:
     from recurrent_lowering.backends.executorch_arm import flow
 
-    if source.kind != "torch":
-        raise LoweringError(
-            f"{source.path}: {report['target']} takes a .pt2 or a bundled example; "
-            "rewrite an .onnx with --target onnx first"
-        )
-    module = _module(source)
-    example, calibration = _inputs(source, options, report)
+    onnx = None
+    if source.kind == "onnx":
+        from recurrent_lowering.backends.onnx import to_torch
+
+        from . import onnx_route
+
+        names = [name for name, _, _ in to_torch.input_specs(source.program)]
+        arrays = _calibration_arrays(options, names)
+        onnx = onnx_route.prepare(source, options, arrays, report, progress)
+        module, example = onnx.module, onnx.example
+        calibration = [example]
+    elif source.kind == "torch":
+        module = _module(source)
+        example, calibration = _inputs(source, options, report)
+    else:
+        raise LoweringError(f"{source.path}: {report['target']} cannot take a {source.kind} model")
     work = tempfile.mkdtemp(prefix="lower-")
     try:
         stage = progress.stage(f"export, quantize and lower for {report['target']}")
@@ -144,12 +163,21 @@ def lower(source, options, staging, output, report, progress) -> None:
             except flow.FlowError as e:
                 report["warnings"].append(f"numerics not checked: {e}")
                 return
+        reference, tosa = numerics.reference, numerics.tosa
         report["numerics"].update(
             reference="TOSA reference model vs fp32 torch eager",
             max_abs_err=numerics.max_abs_err,
             sqnr_db=numerics.sqnr_db,
         )
-        png = plot_error_per_timestep(numerics.reference, numerics.tosa, report["model"])
+        if onnx is not None and onnx.reference is not None:
+            vs_ort = onnx_route.compare_with_reference(onnx, numerics.tosa)
+            reference, tosa = vs_ort.pop("reference_outputs"), vs_ort.pop("tosa_outputs")
+            report["numerics"].update(
+                reference=f"TOSA reference model vs {onnx.reference_name}",
+                vs_torch_module={"max_abs_err": numerics.max_abs_err, "sqnr_db": numerics.sqnr_db},
+                **vs_ort,
+            )
+        png = plot_error_per_timestep(reference, tosa, report["model"])
         if png is not None:
             plot_path = output.with_suffix(".error.png")
             staging.path_for(plot_path).write_bytes(png)
