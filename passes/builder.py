@@ -43,14 +43,25 @@ def is_constant(v) -> bool:
 class Builder(abc.ABC):
     capabilities: frozenset = frozenset()
 
+    #: The numpy float dtype of the graph's float tensors (float16/32/64). The core folds
+    #: constants (biases, masks, scalars) in this dtype before handing them over, so every
+    #: builder must set it; float32 unless the graph says otherwise.
+    dtype: np.dtype = np.dtype(np.float32)
+
     # --- constants and linear algebra -------------------------------------------------
     @abc.abstractmethod
     def constant(self, array: np.ndarray, name: str = "") -> Value:
         """A constant tensor; float arrays are cast to the graph's float dtype."""
 
     @abc.abstractmethod
-    def linear(self, x: Value, weight: np.ndarray, bias: Optional[np.ndarray] = None) -> Value:
-        """x @ weight.T (+ bias) over the last axis; weight is a constant [out, in]."""
+    def linear(self, x: Value, weight, bias=None, name: str = "") -> Value:
+        """x @ weight.T (+ bias) over the last axis; weight is [out, in], bias [out].
+
+        weight and bias are numpy constants, or builder values when the model feeds its
+        weights at run time (a builder that cannot take those raises SpecError). `name`
+        is a hint such as "l0_fwd_R" or "l0_W" (layer, direction, which weight) for
+        naming parameters or initializers; builders may ignore it.
+        """
 
     @abc.abstractmethod
     def matmul(self, a: Value, b: Value) -> Value:

@@ -11,12 +11,13 @@ time loop, directions and layers come after (sequence.py).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
+from . import weights as wa
 from .emitter import Emitter, Expr
-from .spec import Activation, CellKind, LayerWeights, RecurrentSpec
+from .spec import Activation, CellKind, Direction, LayerWeights, RecurrentSpec
 
 
 @dataclasses.dataclass
@@ -29,14 +30,18 @@ class CellParams:
     clip: Optional[float]
     linear_before_reset: bool
     input_forget: bool
-    w_in: np.ndarray  # [G*H, I] hoisted input projection
-    b_in: Optional[np.ndarray]  # [G*H] every bias that folds into it
-    r: np.ndarray  # [G*H, O] recurrent weights (GRU lbr=0: only r, z rows)
-    r_n: Optional[np.ndarray] = None  # GRU lbr=0: n rows of R, applied to r * h
-    b_rec: Optional[np.ndarray] = None  # recurrent bias that cannot fold (GRU lbr=1: Rb_n)
-    p_if: Optional[np.ndarray] = None  # LSTM peepholes of i, f (just i with input_forget)
-    p_o: Optional[np.ndarray] = None
-    proj: Optional[np.ndarray] = None  # LSTM projection [P, H]
+    label: str  # "l0_fwd": names weights ("l0_fwd_R") for the builder
+    out_size: int  # width of h: proj_size or hidden_size
+    # Weights: numpy constants, or runtime (weights.Lazy until the sequence materializes
+    # them into builder values, before any step is emitted).
+    w_in: Any  # [G*H, I] hoisted input projection
+    b_in: Any  # [G*H] every bias that folds into it, or None
+    r: Any  # [G*H, O] recurrent weights (GRU lbr=0: only r, z rows)
+    r_n: Any = None  # GRU lbr=0: n rows of R, applied to r * h
+    b_rec: Any = None  # recurrent bias that cannot fold (GRU lbr=1: Rb_n)
+    p_if: Any = None  # LSTM peepholes of i, f (just i with input_forget)
+    p_o: Any = None
+    proj: Any = None  # LSTM projection [P, H]
 
     def clip_(self, e: Emitter, v: Expr) -> Expr:
         """ONNX clip: bound a gate's pre-activation to [-clip, clip]."""
@@ -44,7 +49,12 @@ class CellParams:
 
     @property
     def output_size(self) -> int:
-        return self.hidden_size if self.proj is None else self.proj.shape[0]
+        return self.out_size
+
+    @property
+    def width(self) -> int:
+        """Rows of the input projection: gates (internal order) times hidden_size."""
+        return wa.shape(self.w_in)[0]
 
     @property
     def state_widths(self) -> tuple[int, ...]:
@@ -65,14 +75,16 @@ def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     (h,) = state
     H, (f, g) = p.hidden_size, p.activations
     if p.linear_before_reset:
-        hr = e.linear(h, p.r, p.b_rec)  # one recurrent matmul for all three gates
+        hr = e.linear(h, p.r, p.b_rec, p.label + "_R")  # one recurrent matmul for all three gates
         rz = e.act(f, p.clip_(e, (x + hr)[..., : 2 * H]))  # r, z share f: one activation
         r, z = rz[..., :H], rz[..., H : 2 * H]
         n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + r * hr[..., 2 * H : 3 * H]))
     else:
-        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + e.linear(h, p.r)))
+        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + e.linear(h, p.r, name=p.label + "_R_rz")))
         r, z = rz[..., :H], rz[..., H : 2 * H]
-        n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + e.linear(r * h, p.r_n)))
+        n = e.act(
+            g, p.clip_(e, x[..., 2 * H : 3 * H] + e.linear(r * h, p.r_n, name=p.label + "_R_n"))
+        )
     return (n + z * (h - n),)
 
 
@@ -88,7 +100,7 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     h, c = state
     H, (act_f, act_g, act_h) = p.hidden_size, p.activations
     k = 1 if p.input_forget else 2  # gates before o: (i) or (i, f)
-    pre = x + e.linear(h, p.r)  # one recurrent matmul for all gates
+    pre = x + e.linear(h, p.r, name=p.label + "_R")  # one recurrent matmul for all gates
     if p.p_o is None:  # no peepholes: i, f, o share one activation
         gates = e.act(act_f, p.clip_(e, pre[..., : (k + 1) * H]))
     else:  # i, f see c, o sees c': two activations
@@ -106,7 +118,7 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
         o = e.act(act_f, p.clip_(e, pre[..., k * H : (k + 1) * H] + p.p_o * c_new))
     h_new = o * e.act(act_h, c_new)
     if p.proj is not None:
-        h_new = e.linear(h_new, p.proj)
+        h_new = e.linear(h_new, p.proj, name=p.label + "_proj")
     return h_new, c_new
 
 
@@ -117,7 +129,7 @@ def rnn(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     """
     (h,) = state
     (f,) = p.activations
-    return (e.act(f, p.clip_(e, x + e.linear(h, p.r))),)
+    return (e.act(f, p.clip_(e, x + e.linear(h, p.r, name=p.label + "_R"))),)
 
 
 STEP: dict[CellKind, Callable[[Emitter, Expr, tuple, CellParams], tuple]] = {
@@ -130,27 +142,24 @@ STEP: dict[CellKind, Callable[[Emitter, Expr, tuple, CellParams], tuple]] = {
 # --- weights, arranged for the cells ---------------------------------------------------------
 
 
-def _nonzero(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
-    return None if a is None or not np.any(a) else a
+def prepare(
+    spec: RecurrentSpec, lw: LayerWeights, direction_index: int, layer: int = 0
+) -> CellParams:
+    """Arrange one (layer, direction) for its cell: internal gate order, folded biases.
 
-
-def _sum(a: Optional[np.ndarray], b: Optional[np.ndarray]) -> Optional[np.ndarray]:
-    if a is None or b is None:
-        return a if b is None else b
-    return a + b
-
-
-def _blocks(a: Optional[np.ndarray], gates: int, order) -> Optional[np.ndarray]:
-    """Gate blocks of `a` (axis 0) in `order`, as one contiguous array."""
-    if a is None:
-        return None
-    parts = np.split(a, gates, axis=0)
-    return np.ascontiguousarray(np.concatenate([parts[j] for j in order], axis=0))
-
-
-def prepare(spec: RecurrentSpec, lw: LayerWeights, direction_index: int) -> CellParams:
-    """Arrange one (layer, direction) for its cell: internal gate order, folded biases."""
-    H = spec.hidden_size
+    Through the weight algebra (`weights`): constants fold in numpy, runtime weights become
+    lazy expressions the sequence materializes once.
+    """
+    H, G, out = spec.hidden_size, spec.cell.num_gates, spec.output_size
+    lw = LayerWeights(  # opaque runtime values get their canonical shapes
+        w=wa.lift(lw.w, (G * H, spec.layer_input_size(layer))),
+        r=wa.lift(lw.r, (G * H, out)),
+        b_w=wa.lift(lw.b_w, (G * H,)),
+        b_r=wa.lift(lw.b_r, (G * H,)),
+        peephole=wa.lift(lw.peephole, (3, H)),
+        proj=wa.lift(lw.proj, (spec.proj_size, H)),
+    )
+    direction = "rev" if direction_index == 1 or spec.direction is Direction.REVERSE else "fwd"
     common = dict(
         kind=spec.cell,
         hidden_size=H,
@@ -158,42 +167,51 @@ def prepare(spec: RecurrentSpec, lw: LayerWeights, direction_index: int) -> Cell
         clip=spec.clip,
         linear_before_reset=spec.linear_before_reset,
         input_forget=spec.input_forget,
+        label=f"l{layer}_{direction}",
+        out_size=out,
     )
     if spec.cell is CellKind.GRU:
         b_r = lw.b_r
-        if (
-            spec.linear_before_reset
-        ):  # Rb_r, Rb_z fold into the projection, Rb_n stays inside r * (.)
-            keep = (
-                None if b_r is None else np.concatenate([np.zeros(2 * H, b_r.dtype), b_r[2 * H :]])
-            )
+        if spec.linear_before_reset:
+            # Rb_r, Rb_z fold into the projection, Rb_n stays inside r * (.)
+            folded = keep = None
+            if b_r is not None:
+                folded = wa.concat([wa.rows(b_r, 0, 2 * H), wa.zeros(H, b_r)])
+                keep = wa.concat([wa.zeros(2 * H, b_r), wa.rows(b_r, 2 * H, 3 * H)])
             return CellParams(
                 **common,
                 w_in=lw.w,
-                b_in=_nonzero(_sum(lw.b_w, None if b_r is None else b_r - keep)),
+                b_in=wa.nonzero(wa.add(lw.b_w, folded)),
                 r=lw.r,
-                b_rec=_nonzero(keep),
+                b_rec=wa.nonzero(keep),
             )
         return CellParams(  # (r * h) R_n^T + Rb_n: Rb_n folds too
             **common,
             w_in=lw.w,
-            b_in=_nonzero(_sum(lw.b_w, b_r)),
-            r=np.ascontiguousarray(lw.r[: 2 * H]),
-            r_n=np.ascontiguousarray(lw.r[2 * H :]),
+            b_in=wa.nonzero(wa.add(lw.b_w, b_r)),
+            r=_own(wa.rows(lw.r, 0, 2 * H)),
+            r_n=_own(wa.rows(lw.r, 2 * H, 3 * H)),
         )
     if spec.cell is CellKind.LSTM:
         # canonical (i, f, g, o) -> internal (i, f, o, g); input_forget drops f entirely
         order = (0, 3, 2) if spec.input_forget else (0, 1, 3, 2)
-        peep = _nonzero(lw.peephole)  # rows (i, f, o)
+        peep = wa.nonzero(lw.peephole)  # rows (i, f, o)
+        p_if = p_o = None
+        if peep is not None:
+            p_if = wa.concat([wa.take(peep, k) for k in ((0,) if spec.input_forget else (0, 1))])
+            p_o = _own(wa.take(peep, 2))
         return CellParams(
             **common,
-            w_in=_blocks(lw.w, 4, order),
-            b_in=_nonzero(_blocks(_sum(lw.b_w, lw.b_r), 4, order)),
-            r=_blocks(lw.r, 4, order),
-            p_if=None
-            if peep is None
-            else np.concatenate(peep[:1] if spec.input_forget else peep[:2]),
-            p_o=None if peep is None else np.array(peep[2]),
+            w_in=_own(wa.blocks(lw.w, 4, order)),
+            b_in=wa.nonzero(wa.blocks(wa.add(lw.b_w, lw.b_r), 4, order)),
+            r=_own(wa.blocks(lw.r, 4, order)),
+            p_if=_own(p_if),
+            p_o=p_o,
             proj=lw.proj,
         )
-    return CellParams(**common, w_in=lw.w, b_in=_nonzero(_sum(lw.b_w, lw.b_r)), r=lw.r)
+    return CellParams(**common, w_in=lw.w, b_in=wa.nonzero(wa.add(lw.b_w, lw.b_r)), r=lw.r)
+
+
+def _own(a):
+    """Contiguous numpy (the builder caches constants by id and copies them once)."""
+    return np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a

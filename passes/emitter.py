@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import activations
-from .builder import Builder, Value
+from .builder import Builder, Value, is_constant
 from .spec import Activation
 
 
@@ -122,11 +122,15 @@ class Emitter:
         return Expr(self, "const", (), (arr,))
 
     def _wrap(self, x) -> Expr:
+        """Exprs as they are; None is ZERO; numbers and constant arrays are constants; any
+        other builder value (a runtime weight such as a peephole) is a value."""
         if isinstance(x, Expr):
             return x
         if x is None:
             return self.ZERO
-        return self.const(x)
+        if isinstance(x, (float, int, np.generic)) or is_constant(x):
+            return self.const(x)
+        return self.value(x)
 
     # --- arithmetic, folded ----------------------------------------------------------------
     def add(self, a, b) -> Expr:
@@ -188,12 +192,13 @@ class Emitter:
     def act(self, act: Activation, x) -> Expr:
         return self._node("act", (self._wrap(x),), (act,))
 
-    def linear(self, x, weight: np.ndarray, bias: Optional[np.ndarray] = None) -> Expr:
-        """x @ weight.T + bias; a ZERO x leaves the bias (a constant) or ZERO."""
+    def linear(self, x, weight, bias=None, name: str = "") -> Expr:
+        """x @ weight.T + bias; a ZERO x leaves the bias or ZERO. `name` names the weight
+        for the builder (see Builder.linear)."""
         x = self._wrap(x)
         if x.is_const(0):
             return self._wrap(bias)
-        return self._node("linear", (x,), (weight, bias))
+        return self._node("linear", (x,), (weight, bias, name))
 
     # --- shape -----------------------------------------------------------------------------------
     def slice(self, x, axis: int, start: int, end: int) -> Expr:
@@ -251,7 +256,8 @@ class Emitter:
         elif op == "act":
             v = activations.apply(b, x.attrs[0], args[0], const=self.scalar)
         elif op == "linear":
-            v = b.linear(args[0], *x.attrs)
+            weight, bias, name = x.attrs
+            v = b.linear(args[0], weight, bias, name=name)
         elif op == "concat":
             v = b.concat(args, *x.attrs)
         else:

@@ -9,7 +9,8 @@ The one place that knows how each framework stores a recurrent layer's weights.
                                                         B [D, 2*G*H] = [Wb | Rb],
                                                         P [D, 3H] as (i, o, f)
 
-Plain numpy; arrays are copied, never aliased.
+Plain numpy (arrays are copied, never aliased); from_onnx also takes runtime weights,
+arranged through `weights` (the weight algebra).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from . import weights
 from .spec import CellKind, LayerWeights
 
 # ONNX gate j holds canonical gate ONNX_GATES[cell][j].
@@ -113,31 +115,36 @@ def to_torch(cell: CellKind, weights: LayerWeights) -> dict[str, np.ndarray]:
 # --- ONNX -----------------------------------------------------------------------------------
 
 
-def from_onnx(
-    cell: CellKind,
-    W: np.ndarray,
-    R: np.ndarray,
-    B: Optional[np.ndarray] = None,
-    P: Optional[np.ndarray] = None,
-    direction_index: int = 0,
-) -> LayerWeights:
-    """LayerWeights of one direction of an ONNX GRU/LSTM/RNN node's W, R, B, P inputs."""
-    order = ONNX_GATES[cell]
-    canon = _inverse(order)  # canonical gate k is ONNX gate canon[k]
-    W, R = np.asarray(W)[direction_index], np.asarray(R)[direction_index]
+def from_onnx(cell: CellKind, W, R, B=None, P=None, direction_index: int = 0) -> LayerWeights:
+    """LayerWeights of one direction of an ONNX GRU/LSTM/RNN node's W, R, B, P inputs.
+
+    Each input is a numpy array (the result is numpy, copied) or a `weights.Lazy` runtime
+    value (the result is lazy: the reordering is emitted, once, when the core uses it).
+    """
+    canon = _inverse(ONNX_GATES[cell])  # canonical gate k is ONNX gate canon[k]
+    G, d = cell.num_gates, direction_index
+
+    def gates(a):
+        return _own(weights.blocks(a, G, canon))
+
+    W, R = weights.take(W, d), weights.take(R, d)
     b_w = b_r = None
     if B is not None:
-        b_w, b_r = np.split(np.asarray(B)[direction_index], 2)
+        B = weights.take(B, d)
+        half = weights.shape(B)[0] // 2
+        b_w, b_r = weights.rows(B, 0, half), weights.rows(B, half, 2 * half)
     peephole = None
     if P is not None:
-        peephole = np.asarray(P)[direction_index].reshape(3, -1)[list(_inverse(ONNX_PEEPHOLES))]
-    return LayerWeights(
-        w=permute_gates(W, canon),
-        r=permute_gates(R, canon),
-        b_w=permute_gates(b_w, canon),
-        b_r=permute_gates(b_r, canon),
-        peephole=None if peephole is None else np.array(peephole),
-    )
+        P = weights.take(P, d)
+        h = weights.shape(P)[-1] // 3
+        rows = [weights.rows(P, j * h, (j + 1) * h) for j in _inverse(ONNX_PEEPHOLES)]
+        peephole = _own(weights.stack(rows))
+    return LayerWeights(w=gates(W), r=gates(R), b_w=gates(b_w), b_r=gates(b_r), peephole=peephole)
+
+
+def _own(a):
+    """A numpy result copied (never a view of the caller's array); a Lazy as it is."""
+    return np.array(a) if isinstance(a, np.ndarray) else a
 
 
 def to_onnx(

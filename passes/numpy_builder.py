@@ -30,8 +30,8 @@ class NumpyBuilder(Builder):
     def constant(self, array, name=""):
         return self._f(array)
 
-    def linear(self, x, weight, bias=None):
-        y = x @ self._f(weight).T
+    def linear(self, x, weight, bias=None, name=""):
+        y = x @ self._f(weight).T  # constant or runtime weight alike
         return y if bias is None else y + self._f(bias)
 
     def matmul(self, a, b):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 from typing import Optional
 
+import numpy as np
+
 from .builder import SCAN, SELECT, Builder
 
 CONSTANT = "constant"
@@ -26,10 +28,12 @@ class _Token:
 
 
 class CountingBuilder(Builder):
-    def __init__(self, capabilities=frozenset({SELECT, SCAN})):
+    def __init__(self, capabilities=frozenset({SELECT, SCAN}), dtype=np.float32):
         self.capabilities = frozenset(capabilities)
+        self.dtype = np.dtype(dtype)
         self.ops: list[str] = []
-        self.linears: list[tuple] = []  # weight shapes of every linear, in order
+        self.linears: list = []  # weight shapes of every linear, in order (None: runtime)
+        self.names: list[str] = []  # the weight-name hint of every linear, in order
         self.bodies: list["CountingBuilder"] = []
 
     def _op(self, name: str) -> _Token:
@@ -46,8 +50,10 @@ class CountingBuilder(Builder):
     def constant(self, array, name=""):
         return self._op(CONSTANT)
 
-    def linear(self, x, weight, bias=None):
-        self.linears.append(tuple(weight.shape))
+    def linear(self, x, weight, bias=None, name=""):
+        shape = getattr(weight, "shape", None)  # None: a runtime weight (a token)
+        self.linears.append(tuple(shape) if shape is not None else None)
+        self.names.append(name)
         return self._op("linear")
 
     def matmul(self, a, b):
@@ -108,7 +114,7 @@ class CountingBuilder(Builder):
         return self._op("where")
 
     def scan(self, body, carried, xs, reverse=False):
-        inner = CountingBuilder(self.capabilities)
+        inner = CountingBuilder(self.capabilities, self.dtype)
         self.bodies.append(inner)
         new_carried, ys = body(inner, list(carried), [_Token("x") for _ in xs])
         self._op("scan")

@@ -27,6 +27,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from . import weights as wa
 from .builder import Builder, Value, is_constant
 from .cells import STEP, CellParams, prepare
 from .emitter import Emitter, Expr
@@ -183,15 +184,16 @@ def _step(e: Emitter, p: CellParams, x_t: Expr, state: tuple, mask: Optional[_Ma
 class _Stack:
     def __init__(self, b: Builder, spec: RecurrentSpec, weights, lens, loop: bool):
         self.b, self.spec, self.loop = b, spec, loop
-        self.dtype = getattr(b, "dtype", np.float32)
+        self.dtype = b.dtype
         self.D, self.T = spec.num_directions, spec.seq_len
         self.ta = 0 if loop or not spec.layout.batch_first else 1  # time axis inside
         self.sa = 1 if spec.layout.state_batch_first else 0  # layer*direction axis of states
         self.lens = _Lens(b, lens, self.T, self.ta)
         self.cells = [
-            [prepare(spec, weights[layer][d], d) for d in range(self.D)]
+            [prepare(spec, weights[layer][d], d, layer) for d in range(self.D)]
             for layer in range(spec.num_layers)
         ]
+        self._weights: dict = {}  # materialized runtime weights (weights.materialize cache)
 
     # --- the stack -------------------------------------------------------------------------
     def run(self, x, h0, c0) -> Outputs:
@@ -204,10 +206,11 @@ class _Stack:
         for layer, cells in enumerate(self.cells):
             last = layer == spec.num_layers - 1
             want_y = spec.want_y or not last
-            xp = self._projection(x, cells)
-            width = cells[0].w_in.shape[0]
+            xp = self._projection(x, cells, layer)
+            width = cells[0].width
             ys = []
             for d, p in enumerate(cells):
+                p = self._materialized(p)
                 xp_d = b.slice(xp, -1, d * width, (d + 1) * width) if self.D > 1 else xp
                 idx = layer * self.D + d
                 state = tuple(self._initial(e, s0, idx) for s0 in (h0, c0)[: len(p.state_widths)])
@@ -226,14 +229,29 @@ class _Stack:
     def _reverse(self, d: int) -> bool:
         return d == 1 or self.spec.direction is Direction.REVERSE
 
-    def _projection(self, x, cells: Sequence[CellParams]):
+    def _projection(self, x, cells: Sequence[CellParams], layer: int):
         """x W^T + b for all timesteps and directions of a layer: one linear."""
-        w = np.concatenate([p.w_in for p in cells]) if len(cells) > 1 else cells[0].w_in
+        w = wa.concat([p.w_in for p in cells])
         bias = None
         if any(p.b_in is not None for p in cells):
-            zeros = np.zeros(cells[0].w_in.shape[0], cells[0].w_in.dtype)
-            bias = np.concatenate([zeros if p.b_in is None else p.b_in for p in cells])
-        return self.b.linear(x, w, bias)
+            bias = wa.concat(
+                [wa.zeros(p.width, p.w_in) if p.b_in is None else p.b_in for p in cells]
+            )
+        name = f"l{layer}_W" if len(cells) > 1 else cells[0].label + "_W"
+        m = self._materialize
+        return self.b.linear(x, m(w, name), m(bias, name + "_b"), name=name)
+
+    def _materialize(self, w, name: str):
+        return wa.materialize(self.b, w, self._weights, name)
+
+    def _materialized(self, p: CellParams) -> CellParams:
+        """The step's weights as builder values (runtime) or numpy (constant), written once
+        into the outer graph, so every step and a loop body share them."""
+        m = {
+            f: self._materialize(getattr(p, f), f"{p.label}_{f}")
+            for f in ("r", "r_n", "b_rec", "p_if", "p_o", "proj")
+        }
+        return dataclasses.replace(p, **m)
 
     def _initial(self, e: Emitter, s0, idx: int) -> Expr:
         """Initial state of one (layer, direction) in step form, or ZERO."""

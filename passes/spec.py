@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Optional, Sequence
-
-import numpy as np
+from typing import Any, Optional, Sequence
 
 
 class CellKind(enum.Enum):
@@ -155,14 +153,20 @@ class RecurrentSpec:
 
 @dataclasses.dataclass
 class LayerWeights:
-    """Constant weights of one (layer, direction), in the core's canonical layout."""
+    """Weights of one (layer, direction), in the core's canonical layout.
 
-    w: np.ndarray
-    r: np.ndarray
-    b_w: Optional[np.ndarray] = None
-    b_r: Optional[np.ndarray] = None
-    peephole: Optional[np.ndarray] = None
-    proj: Optional[np.ndarray] = None
+    Each field is a numpy array (a constant: the core folds it), or a value known only at
+    run time: a builder value of the canonical shape, or a `weights.Lazy` (what
+    gate_order.from_onnx makes of runtime ONNX inputs). Runtime weights are arranged with
+    builder ops, once per layer; the per-step ops are the same as for constants.
+    """
+
+    w: Any
+    r: Any
+    b_w: Any = None
+    b_r: Any = None
+    peephole: Any = None
+    proj: Any = None
 
 
 class SpecError(ValueError):

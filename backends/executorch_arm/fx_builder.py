@@ -36,7 +36,8 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
-from recurrent_lowering.passes.builder import SELECT, Builder
+from recurrent_lowering.passes.builder import SELECT, Builder, is_constant
+from recurrent_lowering.passes.spec import SpecError
 
 aten = torch.ops.aten
 
@@ -234,9 +235,15 @@ class FxBuilder(Builder):
             return Scalar(float(a))
         return self.sink.get(self._tensor(a), name or "const", InputKind.CONSTANT_TENSOR)
 
-    def linear(self, x, weight, bias=None):
-        w = self._weight(weight, "weight")
-        b = None if bias is None else self._weight(bias, "bias")
+    def linear(self, x, weight, bias=None, name=""):
+        for what, a in (("weight", weight), ("bias", bias)):
+            if a is not None and not is_constant(a):
+                # decompose.py already refuses non-constant parameters, naming the node
+                raise SpecError(
+                    name or "linear", what, "runtime weights are not supported in torch programs"
+                )
+        w = self._weight(weight, name or "weight")
+        b = None if bias is None else self._weight(bias, f"{name}_b" if name else "bias")
         return self.call(aten.linear.default, self._node(x), w, b)
 
     def matmul(self, a, b):

@@ -124,6 +124,7 @@ class OnnxBuilder(Builder):
         self.nodes: list = []
         self.types: dict = {}  # value name -> (elem_type, shape tuple or None)
         self._slices: dict = {}  # Slice output -> (input, axis, start, end, dim), for finalize
+        self._transposes: dict = {}  # runtime weight -> its Transpose (MatMul form)
 
     # --- bookkeeping ------------------------------------------------------------------------
     def declare(self, name: str, elem_type: int, shape) -> str:
@@ -180,25 +181,48 @@ class OnnxBuilder(Builder):
         self.types[out] = (elem, tuple(array.shape))
         return out
 
-    def linear(self, x: Value, weight: np.ndarray, bias: Optional[np.ndarray] = None) -> Value:
-        weight = np.asarray(weight)
+    def linear(self, x: Value, weight, bias=None, name: str = "") -> Value:
+        """x @ weight.T + bias. Constant weights become initializers holding weight.T
+        (named after the core's hint); a runtime weight (a value) is read as it is, with
+        Gemm's transB on rank-2 inputs, else through one Transpose shared by every step."""
+        runtime_w = isinstance(weight, str)
+        runtime_b = isinstance(bias, str)
         shape = self.shape(x)
-        out_shape = None if shape is None else shape[:-1] + (weight.shape[0],)
+        w_shape = self.shape(weight) if runtime_w else np.shape(weight)
+        out_rows = None if w_shape is None else w_shape[0]
+        out_shape = None if shape is None else shape[:-1] + (out_rows,)
         elem = self.elem_type(x) or self.float_type
-        w_t = self.constant(np.ascontiguousarray(weight.T), "weight")
         gemm_ok = bias is not None or self.opset >= 11  # Gemm's C is optional from opset 11
         if self.linear_mode == "gemm" and gemm_ok and shape is not None and len(shape) == 2:
-            inputs = [x, w_t] + ([self.constant(bias, "bias")] if bias is not None else [])
-            return self._node("Gemm", inputs, elem, out_shape)
+            if runtime_w:
+                inputs, attrs = [x, weight], {"transB": 1}
+            else:
+                inputs, attrs = [x, self._weight_t(weight, name)], {}
+            if bias is not None:
+                inputs.append(bias if runtime_b else self.constant(bias, _hint(name, "bias")))
+            return self._node("Gemm", inputs, elem, out_shape, **attrs)
+        w_t = self._transposed(weight) if runtime_w else self._weight_t(weight, name)
         y = self._node("MatMul", [x, w_t], elem, out_shape)
         if bias is not None:
-            bias = np.asarray(bias)
-            if shape is not None and len(shape) >= 3:
-                # A bias of x's rank keeps onnxruntime from fusing MatMul+Add into
-                # Reshape+Gemm+Reshape, one node more per step (measured slower).
-                bias = bias.reshape((1,) * (len(shape) - 1) + bias.shape)
-            y = self._node("Add", [y, self.constant(bias, "bias")], elem, out_shape)
+            if not runtime_b:
+                bias = np.asarray(bias)
+                if shape is not None and len(shape) >= 3:
+                    # A bias of x's rank keeps onnxruntime from fusing MatMul+Add into
+                    # Reshape+Gemm+Reshape, one node more per step (measured slower).
+                    bias = bias.reshape((1,) * (len(shape) - 1) + bias.shape)
+                bias = self.constant(bias, _hint(name, "bias"))
+            y = self._node("Add", [y, bias], elem, out_shape)
         return y
+
+    def _weight_t(self, weight, name: str) -> str:
+        weight = np.asarray(weight)
+        return self.constant(np.ascontiguousarray(weight.T), name or "weight")
+
+    def _transposed(self, weight: str) -> str:
+        """weight.T of a runtime weight, made once (the first use's graph: outer scope)."""
+        if weight not in self._transposes:
+            self._transposes[weight] = self.transpose(weight, (1, 0))
+        return self._transposes[weight]
 
     def matmul(self, a: Value, b: Value) -> Value:
         sa, sb = self.shape(a), self.shape(b)
@@ -527,6 +551,10 @@ class OnnxBuilder(Builder):
             s = inner.shape(v)
             self.types[out] = (inner.elem_type(v), None if s is None else (steps,) + s)
         return outputs[: len(new_carried)], outputs[len(new_carried) :]
+
+
+def _hint(name: str, role: str) -> str:
+    return f"{name}_{role}" if name else role
 
 
 def _inputs_of(nodes) -> set:

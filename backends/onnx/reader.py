@@ -2,8 +2,10 @@
 
 Everything framework-specific about the ONNX operators is resolved here (attribute
 defaults, activation alpha/beta defaults, input positions, layouts), so the core only
-ever sees a complete spec. Weights must be constant: the caller supplies a lookup that
-folds initializers, Constant nodes and constant-only expressions into numpy arrays.
+ever sees a complete spec. The caller supplies a lookup that folds initializers, Constant
+nodes and constant-only expressions into numpy arrays; weights it cannot fold are runtime
+weights (graph inputs, computed values), which the core arranges with graph ops, unless
+the caller requires constants.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import onnx
 from onnx import helper
 
 from recurrent_lowering.passes import gate_order
+from recurrent_lowering.passes import weights as wa
 from recurrent_lowering.passes.spec import (
     ACTIVATIONS,
     Activation,
@@ -59,6 +62,7 @@ ACTIVATION_DEFAULTS = {
 _CANONICAL_NAMES = {name.lower(): name for name in ACTIVATIONS}
 
 ConstantLookup = Callable[[str], Optional[np.ndarray]]
+ValueType = Callable[[str], tuple]  # name -> (ONNX elem type or None, shape or None)
 
 
 class OnnxReadError(SpecError):
@@ -77,6 +81,7 @@ class RecurrentNode:
     sequence_lens: Union[None, np.ndarray, str]  # constant array or runtime value name
     outputs: tuple  # (Y, Y_h, Y_c) names, "" when not wanted
     float_dtype: np.dtype  # dtype of X and the weights
+    runtime_weights: dict = dataclasses.field(default_factory=dict)  # name -> static shape
 
 
 def node_label(node: onnx.NodeProto) -> str:
@@ -91,21 +96,37 @@ def _input(node: onnx.NodeProto, index: int) -> str:
     return node.input[index] if index < len(node.input) else ""
 
 
-def _constant(node, label, index, attribute, lookup: ConstantLookup, required: bool):
+def _weight(node, label, index, attribute, lookup: ConstantLookup, required: bool, runtime):
+    """A weight input as a numpy array (constant) or a runtime `weights.Lazy`.
+
+    `runtime(name)` gives (numpy dtype, static shape) of a value computed at run time, or
+    None when runtime weights are refused (require_constant_weights) or their type is
+    unknown.
+    """
     name = _input(node, index)
     if not name:
         if required:
             raise OnnxReadError(label, attribute, "required input is missing")
         return None
     value = lookup(name)
-    if value is None:
+    if value is not None:
+        return np.asarray(value)
+    if runtime is None:
         raise OnnxReadError(
             label,
             attribute,
-            f"input {name!r} is computed at run time; weights must be initializers, "
-            "Constant nodes or expressions of constants",
+            f"input {name!r} is computed at run time; this route needs constant weights "
+            "(initializers, Constant nodes or expressions of constants)",
         )
-    return np.asarray(value)
+    dtype, shape = runtime(name)
+    if dtype is None or shape is None or any(d is None for d in shape):
+        raise OnnxReadError(
+            label,
+            attribute,
+            f"input {name!r} is computed at run time and its shape is not static "
+            f"({'unknown' if shape is None else list(shape)}); a runtime weight needs one",
+        )
+    return wa.runtime(name, shape)
 
 
 def _resolve_activations(
@@ -170,12 +191,17 @@ def read_node(
     node: onnx.NodeProto,
     lookup: ConstantLookup,
     activation_defaults: str = "onnxruntime",
+    require_constant_weights: bool = False,
+    value_type: Optional[ValueType] = None,
 ) -> RecurrentNode:
     """Translate one ONNX GRU/LSTM/RNN node (any opset) for the core.
 
     `lookup(name)` returns the value of a constant tensor or None for run-time values.
     `activation_defaults` is "onnxruntime" or "onnx": whose alpha/beta defaults apply
-    when the node omits them.
+    when the node omits them. W, R, B, P computed at run time (ONNX's node tests feed them
+    as graph inputs) become runtime weights, which need `value_type(name)` -> (ONNX elem
+    type, shape) with a static shape; `require_constant_weights` refuses them instead (for
+    routes that need constants, such as conversion to a torch program).
     """
     if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
         raise ValueError(f"{node_label(node)}: not an ONNX GRU/LSTM/RNN node")
@@ -217,10 +243,21 @@ def read_node(
     if layout not in (0, 1):
         raise OnnxReadError(label, "layout", f"must be 0 or 1, got {layout}")
 
-    w = _constant(node, label, 1, "W", lookup, required=True)
-    r = _constant(node, label, 2, "R", lookup, required=True)
-    b = _constant(node, label, 3, "B", lookup, required=False)
-    p = _constant(node, label, 7, "P", lookup, required=False) if cell is CellKind.LSTM else None
+    runtime = None
+    if not require_constant_weights:
+
+        def runtime(name):
+            elem, shape = value_type(name) if value_type is not None else (None, None)
+            dtype = None if not elem else helper.tensor_dtype_to_np_dtype(elem)
+            return dtype, shape
+
+    def weight(index, attribute, required=False):
+        return _weight(node, label, index, attribute, lookup, required, runtime)
+
+    w = weight(1, "W", required=True)
+    r = weight(2, "R", required=True)
+    b = weight(3, "B")
+    p = weight(7, "P") if cell is CellKind.LSTM else None
     if cell is not CellKind.LSTM and len(node.input) > 6:
         raise OnnxReadError(label, "inputs", f"{node.op_type} takes at most 6 inputs")
     if w.ndim != 3:
@@ -236,7 +273,7 @@ def read_node(
         _expect_shape(label, "B", b, (num_directions, 2 * gates * hidden_size))
     if p is not None:
         _expect_shape(label, "P", p, (num_directions, 3 * hidden_size))
-    float_dtype = np.dtype(w.dtype)
+    float_dtype = np.dtype(w.dtype if isinstance(w, np.ndarray) else runtime(_input(node, 1))[0])
     if float_dtype not in (np.float16, np.float32, np.float64):
         raise OnnxReadError(label, "W", f"unsupported dtype {float_dtype}")
 
@@ -295,6 +332,11 @@ def read_node(
         sequence_lens=sequence_lens,
         outputs=outputs,
         float_dtype=float_dtype,
+        runtime_weights={
+            _input(node, i): tuple(a.shape)
+            for i, a in ((1, w), (2, r), (3, b), (7, p))
+            if wa.is_runtime(a)
+        },
     )
 
 

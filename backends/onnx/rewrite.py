@@ -3,8 +3,9 @@
 Each node (also inside If/Loop/Scan bodies) is read into a core spec, the core emits
 the recurrence through `OnnxBuilder`, and the emitted nodes take the original node's
 place; Identity nodes carry the original output names, so consumers, graph outputs
-and value_info stay valid. Weights become new initializers of the top-level graph;
-the constants only the replaced nodes used are then removed. Nothing else changes.
+and value_info stay valid. Constant weights become new initializers of the top-level
+graph; the constants only the replaced nodes used are then removed. Runtime weights (graph
+inputs or computed values) are read where they are. Nothing else changes.
 """
 
 from __future__ import annotations
@@ -92,10 +93,11 @@ def _prefix(label: str) -> str:
 
 
 class _Rewriter:
-    def __init__(self, model, strategy, activation_defaults, linear_mode):
+    def __init__(self, model, strategy, activation_defaults, linear_mode, require_constant_weights):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         self.model = model
+        self.require_constant_weights = require_constant_weights
         self.strategy = strategy
         self.activation_defaults = activation_defaults
         self.linear_mode = linear_mode
@@ -142,7 +144,13 @@ class _Rewriter:
         return name
 
     def _replace(self, node: onnx.NodeProto, scope: Scope) -> list:
-        read = read_node(node, scope.value, self.activation_defaults)
+        read = read_node(
+            node,
+            scope.value,
+            self.activation_defaults,
+            require_constant_weights=self.require_constant_weights,
+            value_type=lambda name: self.types.get(name, (None, None)),
+        )
         spec = read.spec
         builder = OnnxBuilder(
             _prefix(spec.name),
@@ -153,6 +161,8 @@ class _Rewriter:
             self.linear_mode,
         )
         float_type = builder.float_type
+        for name, shape in read.runtime_weights.items():
+            self._declare(builder, name, float_type, shape)
         batch_first = spec.layout.batch_first
         x_shape = (None, None, spec.input_size)
         x = self._declare(builder, read.x, float_type, x_shape)
@@ -243,6 +253,7 @@ def rewrite_model(
     strategy: str = "auto",
     activation_defaults: str = "onnxruntime",
     linear_mode: str = "gemm",
+    require_constant_weights: bool = False,
 ) -> onnx.ModelProto:
     """A copy of `model` without GRU/LSTM/RNN nodes.
 
@@ -250,10 +261,13 @@ def rewrite_model(
     (unrolled when the node's sequence length is static, else scan).
     activation_defaults: "onnxruntime" or "onnx", whose alpha/beta defaults apply when a
     node omits them (they differ for Affine, ThresholdedRelu and ScaledTanh).
+    W, R, B, P computed at run time (graph inputs, as in ONNX's node tests) are arranged
+    with graph ops; `require_constant_weights=True` refuses them instead, for routes that
+    need constant weights (e.g. conversion to a torch program).
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    _Rewriter(out, strategy, activation_defaults, linear_mode).run()
+    _Rewriter(out, strategy, activation_defaults, linear_mode, require_constant_weights).run()
     return out
 
 

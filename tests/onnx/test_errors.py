@@ -43,19 +43,36 @@ def _runtime_weights():
     return model
 
 
-BAD = {
-    "missing_weights": (_missing_r, "'R'", "missing"),
-    "inconsistent_shapes": (_bad_shape, "'R'", "shape"),
-    "unknown_activation": (_unknown_activation, "'activations'", "Swish"),
-    "runtime_weights": (_runtime_weights, "'W'", "W_scaled"),
+def _runtime_weights_unknown_shape():
+    model = _runtime_weights()
+    del model.graph.value_info[:]
+    dims = model.graph.input[-1].type.tensor_type.shape.dim  # scale: [n, 1, 1]
+    dims.add().dim_param = "n"
+    dims.add().dim_value = 1
+    dims.add().dim_value = 1
+    return model
+
+
+CONSTANTS = dict(require_constant_weights=True)
+BAD = {  # (model, attribute, detail, rewrite options)
+    "missing_weights": (_missing_r, "'R'", "missing", {}),
+    "inconsistent_shapes": (_bad_shape, "'R'", "shape", {}),
+    "unknown_activation": (_unknown_activation, "'activations'", "Swish", {}),
+    "runtime_weights_refused": (_runtime_weights, "'W'", "W_scaled", CONSTANTS),
+    "runtime_weight_without_static_shape": (
+        _runtime_weights_unknown_shape,
+        "'W'",
+        "not static",
+        {},
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_error_names_node_and_attribute(case):
-    make, attribute, detail = BAD[case]
+    make, attribute, detail, options = BAD[case]
     with pytest.raises(SpecError) as err:
-        rewrite_model(make())
+        rewrite_model(make(), **options)
     message = str(err.value)
     assert "enc/gru0" in message and attribute in message and detail in message, message
 
@@ -67,7 +84,7 @@ def test_failed_rewrite_file_leaves_no_trace(case, tmp_path):
     onnx.save(BAD[case][0](), str(src))
     before = (src.read_bytes(), os.stat(src).st_mtime_ns)
     with pytest.raises(SpecError):
-        rewrite_file(str(src), str(dst))
+        rewrite_file(str(src), str(dst), **BAD[case][3])
     assert (src.read_bytes(), os.stat(src).st_mtime_ns) == before
     assert list(dst.parent.iterdir()) == []
 

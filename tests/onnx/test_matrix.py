@@ -12,13 +12,10 @@ import random
 import numpy as np
 import pytest
 
-from recurrent_lowering import passes
-from recurrent_lowering.backends.onnx.constants import Scope
-from recurrent_lowering.backends.onnx.reader import read_node
 from recurrent_lowering.backends.onnx.rewrite import rewrite_model
-from recurrent_lowering.passes.numpy_builder import NumpyBuilder
 
 from . import models
+from .cases import numpy_reference
 from .ort_util import assert_close, check_rewritten, run
 
 # (name, alpha or None, beta or None); None leaves the value to the defaults.
@@ -109,26 +106,6 @@ def _config(p, index):
     return cfg
 
 
-def _numpy_reference(model, feeds):
-    (node,) = model.graph.node
-    read = read_node(node, Scope(model.graph, model.opset_import).value)
-    nb = NumpyBuilder(read.float_dtype)
-    seq = read.sequence_lens
-    if isinstance(seq, str):
-        seq = feeds[seq]
-    steps = feeds["X"].shape[1 if read.spec.layout.batch_first else 0]
-    out = passes.emit(
-        nb,
-        dataclasses.replace(read.spec, seq_len=steps),
-        read.weights,
-        nb.input(feeds["X"]),
-        None if read.initial_h is None else nb.input(feeds[read.initial_h]),
-        None if read.initial_c is None else nb.input(feeds[read.initial_c]),
-        sequence_lens=seq,
-    )
-    return [v for v, name in zip((out.y, out.h, out.c), read.outputs) if name]
-
-
 CASES = _sample()
 
 
@@ -146,7 +123,7 @@ def test_combination(index):
     check_rewritten(rewritten)
     got = run(rewritten, feeds)
 
-    for g, r in zip(got, _numpy_reference(model, feeds), strict=True):
+    for g, r in zip(got, numpy_reference(model, feeds), strict=True):
         assert_close(g, r)
     if cfg.dtype == np.float32:
         native = models.to_layout0(model) if cfg.layout else model

@@ -9,26 +9,17 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-from onnx.backend.test.case.node import collect_testcases
 
 from recurrent_lowering.backends.onnx.rewrite import rewrite_model
 
 from . import models
+from .cases import node_cases
 from .ort_util import assert_close, check_rewritten, run
 
 WEIGHT_POSITIONS = (1, 2, 3, 7)  # W, R, B, P
 
 
-def _cases():
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
-    return {c.name: c for c in cases if any(k in c.name for k in ("gru", "lstm", "rnn"))}
-
-
-CASES = _cases()
+CASES = node_cases()
 
 
 def _with_constant_weights(case):
