@@ -121,6 +121,20 @@ class Builder(abc.ABC):
     @abc.abstractmethod
     def transpose(self, x: Value, perm: Sequence[int]) -> Value: ...
 
+    def unstack(self, x: Value, axis: int, n: int) -> list:
+        """The n slices of x along `axis` (static size n), each without that axis.
+
+        Unrolled emission takes every timestep of the hoisted projection this way; a builder
+        with a one-op form (ONNX Split of a 2-D view, torch unbind) overrides it."""
+        if n == 1:
+            return [self.squeeze(x, axis)]
+        return [self.squeeze(self.slice(x, axis, t, t + 1), axis) for t in range(n)]
+
+    def stack(self, xs: Sequence[Value], axis: int) -> Value:
+        """xs (equal shapes) stacked on a new `axis`: the per-step outputs into Y."""
+        xs = [self.unsqueeze(x, axis) for x in xs]
+        return self.concat(xs, axis) if len(xs) > 1 else xs[0]
+
     # --- optional: selection (capability SELECT) -------------------------------------------
     def less(self, a: Value, b: Value) -> Value:
         """Elementwise a < b as a boolean tensor."""

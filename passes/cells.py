@@ -76,7 +76,9 @@ def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     H, (f, g) = p.hidden_size, p.activations
     if p.linear_before_reset:
         hr = e.linear(h, p.r, p.b_rec, p.label + "_R")  # one recurrent matmul for all three gates
-        rz = e.act(f, p.clip_(e, (x + hr)[..., : 2 * H]))  # r, z share f: one activation
+        # r, z share f: one activation. Slicing x and hr (not their sum) leaves x's slices to
+        # the sequence (once, not per step) and hr's two slices are one split of hr.
+        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + hr[..., : 2 * H]))
         r, z = rz[..., :H], rz[..., H : 2 * H]
         n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + r * hr[..., 2 * H : 3 * H]))
     else:

@@ -8,7 +8,9 @@ result needs are emitted, each once. On the way, the algebra a reader would do b
   * constants fold in numpy (biases of a zero state, masks), `x * 1` and `x + 0` vanish;
   * negation is absorbed: `n + z * (0 - n)` becomes `n - z * n` (two ops, not three);
   * a slice of (value + constant) becomes (slice + sliced constant), which often folds;
-  * identical expressions are built once (hash-consing), so `pre[..., :H]` twice is one slice.
+  * identical expressions are built once (hash-consing), so `pre[..., :H]` twice is one slice;
+  * a gate block of one timestep of the projection is that timestep of the block: the
+    slice happens once per sequence, not once per step.
 
 Expressions never span timesteps: strategies emit each step's state and wrap the result
 as a fresh leaf, so recursion depth stays at one step's worth.
@@ -217,7 +219,18 @@ class Emitter:
         if x.op == "slice" and x.attrs[0] == axis:
             base = x.attrs[1]
             return self.slice(x.args[0], axis, base + start, base + end)
+        if x.op == "piece" and axis == -1:
+            # a gate block of one timestep is that timestep of the sequence's gate block:
+            # one slice per sequence instead of one per step
+            (u,), (t,) = x.args, x.attrs
+            src, (u_axis, n) = u.args[0], u.attrs
+            return self.unstack(self.slice(src, -1, start, end), u_axis, n)[t]
         return self._node("slice", (x,), (axis, start, end))
+
+    def unstack(self, x, axis: int, n: int) -> list:
+        """The n pieces of x along `axis` (each without it), emitted as one builder.unstack."""
+        u = self._node("unstack", (self._wrap(x),), (axis, n))
+        return [self._node("piece", (u,), (t,)) for t in range(n)]
 
     def concat(self, xs: Sequence, axis: int) -> Expr:
         xs = [self._wrap(x) for x in xs]
@@ -260,6 +273,10 @@ class Emitter:
             v = b.linear(args[0], weight, bias, name=name)
         elif op == "concat":
             v = b.concat(args, *x.attrs)
+        elif op == "unstack":
+            v = b.unstack(args[0], *x.attrs)
+        elif op == "piece":
+            v = args[0][x.attrs[0]]
         else:
             raise AssertionError(op)
         self._emitted[id(x)] = v

@@ -107,6 +107,14 @@ class CountingBuilder(Builder):
     def transpose(self, x, perm):
         return self._op("transpose")
 
+    def unstack(self, x, axis, n):
+        """One op (a Split in ONNX): counted once, whatever n."""
+        self._op("unstack")
+        return [_Token("piece") for _ in range(n)]
+
+    def stack(self, xs, axis):
+        return self._op("stack")
+
     def less(self, a, b):
         return self._op("less")
 

@@ -8,9 +8,12 @@ For each layer:
   3. the directions' outputs are concatenated into the next layer's input.
 Outputs are then laid out per `IOLayout`; only the wanted ones are emitted.
 
-Values inside a layer keep a size-1 time axis (`ta`: 0 time-major, 1 batch-first), so a
-step's slice, its state and its output need no squeeze/unsqueeze; the loop form works
-time-major and carries [B, H] states instead.
+Inside a layer both forms work time-major ([T, B, .]; a batch-first X is transposed once)
+and steps see 2-D values: the states are [B, H], and the unrolled form takes every
+timestep of the hoisted projection with one `unstack` (a gate block of a step is sliced
+once per sequence, see emitter.py) and stacks the outputs back with one `stack`. So a
+step's recurrent product is a plain 2-D linear with its bias (one Gemm in ONNX), and
+nothing per step reshapes.
 
 sequence_lens follows onnxruntime: steps t >= len[b] output 0 and keep the state, so
 the reverse direction effectively starts at len[b] - 1; a zero-length sequence ends with
@@ -98,10 +101,10 @@ class _Mask:
 class _Lens:
     """Which (step, batch) pairs lie inside their sequence: t < len[b]."""
 
-    def __init__(self, b: Builder, lens, T: Optional[int], ta: int):
-        self.b, self.T, self.ta, self.constant = b, T, ta, is_constant(lens)
+    def __init__(self, b: Builder, lens, T: Optional[int]):
+        self.b, self.T, self.constant = b, T, is_constant(lens)
         self.lens, self.valid = lens, None
-        self.valid_v = self.nonempty = None
+        self.valid_v = self.nonempty = self._pieces = None
         if lens is None:
             return
         if self.constant:
@@ -109,9 +112,9 @@ class _Lens:
             self.batch = len(lens)
             self.valid = None if valid.all() else valid
             return
-        # runtime lengths: one comparison for all steps, [T, B, 1] (or [B, T, 1])
-        steps = np.arange(T, dtype=np.int64).reshape((T, 1, 1) if ta == 0 else (1, T, 1))
-        lens_v = b.unsqueeze(b.unsqueeze(lens, 0 if ta == 0 else 1), 2)
+        # runtime lengths: one comparison for all steps, [T, B, 1]
+        steps = np.arange(T, dtype=np.int64).reshape((T, 1, 1))
+        lens_v = b.unsqueeze(b.unsqueeze(lens, 0), 2)
         self.valid_v = b.less(b.constant(steps), lens_v)
 
     def empty_rows_zeroed(self, e: Emitter, s0, sa: int):
@@ -132,20 +135,19 @@ class _Lens:
             self.nonempty = b.unsqueeze(b.unsqueeze(nonempty, sa), 2)
         return e.emit(e.where(e.value(self.nonempty), e.value(s0), e.ZERO))
 
-    def _shape(self, t_len: int) -> tuple:
-        return (t_len, -1, 1) if self.ta == 0 else (-1, t_len, 1)
-
     def step(self, t: int):
-        """None (every sequence covers t), SKIP (none does), or a _Mask for step t."""
+        """None (every sequence covers t), SKIP (none does), or a [B, 1] _Mask for step t."""
         if self.valid is not None:
             v = self.valid[t]
             if v.all():
                 return None
             if not v.any():
                 return SKIP
-            return _Mask(v.astype(np.float32).reshape(self._shape(1)), constant=True, select=False)
+            return _Mask(v.astype(np.float32).reshape(-1, 1), constant=True, select=False)
         if self.valid_v is not None:
-            return _Mask(self.b.slice(self.valid_v, self.ta, t, t + 1), constant=False, select=True)
+            if self._pieces is None:  # every step's mask at once
+                self._pieces = self.b.unstack(self.valid_v, 0, self.T)
+            return _Mask(self._pieces[t], constant=False, select=True)
         return None
 
     def steps(self, start: int, end: int) -> Optional[_Mask]:
@@ -154,7 +156,7 @@ class _Lens:
             m = self.valid[start:end]
             if m.all():
                 return None
-            m = self.b.constant(m.astype(np.float32).reshape(self._shape(end - start)))
+            m = self.b.constant(m.astype(np.float32).reshape(end - start, -1, 1))
             return _Mask(m, constant=False, select=False)
         if self.valid_v is not None:
             v = (
@@ -186,9 +188,8 @@ class _Stack:
         self.b, self.spec, self.loop = b, spec, loop
         self.dtype = b.dtype
         self.D, self.T = spec.num_directions, spec.seq_len
-        self.ta = 0 if loop or not spec.layout.batch_first else 1  # time axis inside
         self.sa = 1 if spec.layout.state_batch_first else 0  # layer*direction axis of states
-        self.lens = _Lens(b, lens, self.T, self.ta)
+        self.lens = _Lens(b, lens, self.T)
         self.cells = [
             [prepare(spec, weights[layer][d], d, layer) for d in range(self.D)]
             for layer in range(spec.num_layers)
@@ -198,7 +199,7 @@ class _Stack:
     # --- the stack -------------------------------------------------------------------------
     def run(self, x, h0, c0) -> Outputs:
         b, spec = self.b, self.spec
-        if self.loop and spec.layout.batch_first:
+        if spec.layout.batch_first:  # time-major inside
             x = b.transpose(x, (1, 0, 2))
         e = Emitter(b, self.dtype)
         h0, c0 = (self.lens.empty_rows_zeroed(e, s, self.sa) for s in (h0, c0))
@@ -254,41 +255,33 @@ class _Stack:
         return dataclasses.replace(p, **m)
 
     def _initial(self, e: Emitter, s0, idx: int) -> Expr:
-        """Initial state of one (layer, direction) in step form, or ZERO."""
+        """Initial state of one (layer, direction), [B, H], or ZERO."""
         if s0 is None:
             return e.ZERO
         s = self.b.slice(s0, self.sa, idx, idx + 1)
-        if self.loop:
-            return e.value(self.b.squeeze(s, self.sa))  # [B, H]
-        if self.sa != self.ta:
-            s = self.b.transpose(s, (1, 0, 2))
-        return e.value(s)
+        return e.value(self.b.squeeze(s, self.sa))
 
-    def _zeros(self, width: int, time_axis: int):
-        """A zero step/state of known batch size (only reached with constant sequence_lens)."""
-        shape = [self.lens.batch, width]
-        shape.insert(time_axis, 1)
-        return self.b.constant(np.zeros(shape, np.float32))
+    def _zeros(self, width: int):
+        """A zero [B, width] step/state of known batch size (only reached with constant
+        sequence_lens)."""
+        return self.b.constant(np.zeros((self.lens.batch, width), np.float32))
 
     # --- one direction, unrolled ----------------------------------------------------------------
     def _unrolled(self, e: Emitter, p: CellParams, xp, state: tuple, reverse: bool, want_y: bool):
-        xp = e.value(xp)
+        xs = e.unstack(e.value(xp), 0, self.T)  # [B, G] per step; emitted when first used
         ys = [None] * self.T
         for t in reversed(range(self.T)) if reverse else range(self.T):
             mask = self.lens.step(t)
             if mask is SKIP:
-                ys[t] = self._zeros(p.output_size, self.ta) if want_y else None
+                ys[t] = self._zeros(p.output_size) if want_y else None
                 continue
-            x_t = e.slice(xp, self.ta, t, t + 1)
-            values, ys[t] = _step(e, p, x_t, state, mask, want_y)
+            values, ys[t] = _step(e, p, xs[t], state, mask, want_y)
             state = tuple(e.value(v) for v in values)
         final = [
-            self._zeros(w, self.ta) if s.is_const(0) else e.emit(s)
+            self.b.unsqueeze(self._zeros(w) if s.is_const(0) else e.emit(s), self.sa)
             for s, w in zip(state, p.state_widths)
         ]
-        y = None
-        if want_y:
-            y = self.b.concat(ys, self.ta) if self.T > 1 else ys[0]
+        y = self.b.stack(ys, 0) if want_y else None
         return y, final
 
     # --- one direction, as a loop ----------------------------------------------------------------
@@ -302,20 +295,18 @@ class _Stack:
             peeled = True
             t = (T - 1 if T is not None else -1) if reverse else 0
             mask = self.lens.step(t) if T is not None else None
-            # the peeled step runs in step form ([1, B, .]); zero states stay ZERO
-            state1 = tuple(
-                s if s.is_const(0) else e.value(b.unsqueeze(e.emit(s), 0)) for s in state
-            )
             if mask is SKIP:
-                y_first = self._zeros(p.output_size, 0) if want_y else None
+                y_first = b.unsqueeze(self._zeros(p.output_size), 0) if want_y else None
                 vals = [
-                    self._zeros(w, 0) if s.is_const(0) else e.emit(s)
-                    for s, w in zip(state1, p.state_widths)
+                    self._zeros(w) if s.is_const(0) else e.emit(s)
+                    for s, w in zip(state, p.state_widths)
                 ]
             else:
-                x_t = e.slice(e.value(xp), 0, t, t + 1 if t != -1 else sys.maxsize)
-                vals, y_first = _step(e, p, x_t, state1, mask, want_y)
-            state = tuple(e.value(b.squeeze(v, 0)) for v in vals)
+                x_t = b.squeeze(b.slice(xp, 0, t, t + 1 if t != -1 else sys.maxsize), 0)
+                vals, y_first = _step(e, p, e.value(x_t), state, mask, want_y)
+                if want_y:
+                    y_first = b.unsqueeze(y_first, 0)
+            state = tuple(e.value(v) for v in vals)
             if reverse:
                 end = T - 1 if T is not None else -1
             else:
@@ -350,26 +341,16 @@ class _Stack:
 
     # --- layout -------------------------------------------------------------------------------
     def _layout_y(self, ys: list):
-        """Per-direction [T, B, O] (or [B, T, O]) to the spec's Y layout."""
+        """Per-direction [T, B, O] to the spec's Y layout."""
         b, layout = self.b, self.spec.layout
         if layout.y_directions_axis:
-            dax = self.ta + 1
-            y = (
-                b.concat([b.unsqueeze(v, dax) for v in ys], dax)
-                if self.D > 1
-                else b.unsqueeze(ys[0], dax)
-            )
+            y = b.stack(ys, 1) if self.D > 1 else b.unsqueeze(ys[0], 1)
         else:
             y = b.concat(ys, -1) if self.D > 1 else ys[0]
-        if layout.batch_first and self.ta == 0:
+        if layout.batch_first:
             y = b.transpose(y, (2, 0, 1, 3) if layout.y_directions_axis else (1, 0, 2))
         return y
 
     def _layout_states(self, states: list):
-        """Final states, each with a size-1 axis (ta unrolled, sa looped), to the state layout."""
-        b = self.b
-        axis = self.sa if self.loop else self.ta
-        s = b.concat(states, axis) if len(states) > 1 else states[0]
-        if axis != self.sa:
-            s = b.transpose(s, (1, 0, 2))
-        return s
+        """Final states, each with a size-1 axis at sa, to the state layout."""
+        return self.b.concat(states, self.sa) if len(states) > 1 else states[0]

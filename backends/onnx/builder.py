@@ -326,15 +326,24 @@ class OnnxBuilder(Builder):
         return y
 
     def finalize(self, keep=()) -> list:
-        """The emitted nodes, with per-timestep Slices merged into Splits.
+        """The emitted nodes, with fewer of them: onnxruntime pays about a quarter of a
+        microsecond per node (more inside an unrolled graph), so
 
-        Unrolled emission slices each timestep out of the hoisted input projection, and
-        often a gate block out of each of those slices. onnxruntime pays about a quarter
-        of a microsecond per node, so (1) Slices cutting one value along one axis into
-        disjoint pieces become one Split, and (2) the same Slice (along another axis)
-        applied to several pieces of such a Split becomes one Slice of the Split's input
-        followed by one more Split. `keep`: values needed outside these nodes.
+        (1) Slices cutting one value along one axis into disjoint pieces become one Split
+            (the gate blocks of a step's recurrent product, [r|z] into r and z);
+        (2) the same Slice (along another axis) applied to several pieces of such a Split
+            becomes one Slice of the Split's input followed by one more Split;
+        (3) a Gemm without C whose only reader is an Add takes the Add's other operand as
+            C (x_t + h R^T in one kernel).
+
+        `keep`: values needed outside these nodes.
         """
+        self.nodes = self._merge_slices(keep)
+        if self.opset >= 7:  # Gemm-7: C broadcasts one way
+            self.nodes = _fuse_gemm_add(self.nodes, self.types, keep)
+        return self.nodes
+
+    def _merge_slices(self, keep) -> list:
         slices, self._slices = self._slices, {}
         groups: dict = {}
         for out, (x, axis, lo, hi, dim) in slices.items():
@@ -460,6 +469,44 @@ class OnnxBuilder(Builder):
             return self._node("Unsqueeze", [x], self.elem_type(x), out, axes=[axis])
         return self._node("Unsqueeze", [x, self._ints([axis])], self.elem_type(x), out)
 
+    def unstack(self, x, axis, n):
+        """Time steps of [T, B, G] as [B, G] pieces with two nodes for the whole sequence:
+        Reshape to [T*B, G] (rows are time-major) and one equal Split into T parts."""
+        shape = self.shape(x)
+        if n == 1 or axis != 0 or shape is None or len(shape) != 3 or shape[2] is None:
+            return super().unstack(x, axis, n)
+        if self.opset < 5:
+            return super().unstack(x, axis, n)
+        rows = self._reshape(x, [-1, shape[2]], (_mul(shape[0], shape[1]), shape[2]))
+        outs = [self.names.new(f"{self.prefix}/Split") for _ in range(n)]
+        name = self.names.new(f"{self.prefix}/Split_node")
+        if self.opset >= 18:
+            node = helper.make_node("Split", [rows], outs, name=name, axis=0, num_outputs=n)
+        else:  # no sizes: equal parts, one per output
+            node = helper.make_node("Split", [rows], outs, name=name, axis=0)
+        self.nodes.append(node)
+        for out in outs:
+            self.types[out] = (self.elem_type(x), (shape[1], shape[2]))
+        return outs
+
+    def stack(self, xs, axis):
+        """[B, H] steps into [T, B, H]: one Concat of rows and one Reshape."""
+        xs = list(xs)
+        shapes = [self.shape(v) for v in xs]
+        if (
+            axis != 0
+            or len(xs) < 2
+            or self.opset < 5
+            or any(s is None or len(s) != 2 or s[1] is None for s in shapes)
+        ):
+            return super().stack(xs, axis)
+        rows = self.concat(xs, 0)
+        h = shapes[0][1]
+        return self._reshape(rows, [len(xs), -1, h], (len(xs), shapes[0][0], h))
+
+    def _reshape(self, x, target, out_shape):
+        return self._node("Reshape", [x, self._ints(target)], self.elem_type(x), out_shape)
+
     def transpose(self, x, perm):
         shape = self.shape(x)
         out = None if shape is None else tuple(shape[p] for p in perm)
@@ -551,6 +598,51 @@ class OnnxBuilder(Builder):
             s = inner.shape(v)
             self.types[out] = (inner.elem_type(v), None if s is None else (steps,) + s)
         return outputs[: len(new_carried)], outputs[len(new_carried) :]
+
+
+def _mul(a, b):
+    return None if a is None or b is None else a * b
+
+
+def _fuse_gemm_add(nodes, types, keep) -> list:
+    """Gemm(a, B) (no C) whose only reader is Add(., x) becomes Gemm(a, B, x), in the Add's
+    place: x W^T + x_t at every step of an LSTM/RNN, GRU's x_rz + h R_rz^T. onnxruntime
+    runs one kernel instead of two; x must broadcast to the product's [M, N] one-way."""
+    uses: dict = {}
+    for n in nodes:
+        for i in _inputs_of([n]):
+            uses[i] = uses.get(i, 0) + 1
+    for k in keep:
+        uses[k] = uses.get(k, 0) + 1
+    gemms = {n.output[0]: n for n in nodes if n.op_type == "Gemm" and len(n.input) == 2}
+    moved, replace = set(), {}
+    for n in nodes:
+        if n.op_type != "Add":
+            continue
+        for g, other in ((n.input[0], n.input[1]), (n.input[1], n.input[0])):
+            gemm = gemms.get(g)
+            if gemm is None or id(gemm) in moved or uses.get(g) != 1:
+                continue
+            g_type, o_type = types.get(g, (None, None)), types.get(other, (None, None))
+            if not _broadcasts_to(o_type[1], g_type[1]) or g_type[0] != o_type[0]:
+                continue
+            fused = helper.make_node(
+                "Gemm", list(gemm.input) + [other], [n.output[0]], name=gemm.name
+            )
+            fused.attribute.extend(gemm.attribute)
+            moved.add(id(gemm))
+            replace[id(n)] = fused
+            break
+    if not replace:
+        return nodes
+    return [replace.get(id(n), n) for n in nodes if id(n) not in moved]
+
+
+def _broadcasts_to(shape, target) -> bool:
+    """shape is one-way broadcastable to a rank-2 target (unknown dims must match as such)."""
+    if shape is None or target is None or len(target) != 2 or len(shape) > 2:
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(shape), reversed(target)))
 
 
 def _hint(name: str, role: str) -> str:

@@ -18,22 +18,27 @@ from recurrent_lowering.tests.core.gen import random_weights
 
 C = collections.Counter
 
-# One direction, one timestep, state known; unrolled (the loop body lacks the time slice).
+# One direction, one timestep, state known; unrolled. The step's piece of the projection
+# and its gate blocks come from per-sequence unstacks (no per-step op).
 PER_STEP = {
-    # x_t; h R^T; r,z pre-activations; f over [r|z]; r, z; n = g(x_n + r * hR_n); h' = n + z*(h-n)
-    ("GRU", "lbr=1"): C(slice=6, linear=1, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
-    # x_t; [x_r|x_z] + h R_rz^T; f; r, z; (r*h) R_n^T; x_n + ..; g; h' = n + z*(h-n)
-    ("GRU", "lbr=0"): C(slice=5, linear=2, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
-    # x_t; h R^T; pre; f over [i|f|o]; g; i, f, o; c' = f*c + i*g; h' = o * h(c')
-    ("LSTM", "plain"): C(slice=6, linear=1, add=2, sigmoid=1, tanh=2, mul=3),
+    # hR = h R^T + Rb_n; [hR_r|hR_z], hR_n; x_rz + hR_rz; f over [r|z]; r, z;
+    # n = g(x_n + r * hR_n); h' = n + z*(h-n)
+    ("GRU", "lbr=1"): C(slice=4, linear=1, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
+    # [x_r|x_z] + h R_rz^T; f; r, z; (r*h) R_n^T; x_n + ..; g; h' = n + z*(h-n)
+    ("GRU", "lbr=0"): C(slice=2, linear=2, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
+    # pre = x + h R^T; f over [i|f|o]; g; i, f, o; c' = f*c + i*g; h' = o * h(c')
+    ("LSTM", "plain"): C(slice=5, linear=1, add=2, sigmoid=1, tanh=2, mul=3),
     # f dropped from the projection; c' = c + i * (g - c)
-    ("LSTM", "input_forget"): C(slice=5, linear=1, add=2, sigmoid=1, tanh=2, mul=2, sub=1),
+    ("LSTM", "input_forget"): C(slice=4, linear=1, add=2, sigmoid=1, tanh=2, mul=2, sub=1),
     # i, f see [c|c]; o sees c' separately
-    ("LSTM", "peephole"): C(slice=6, linear=1, add=4, sigmoid=2, tanh=2, mul=5, concat=1),
+    ("LSTM", "peephole"): C(slice=5, linear=1, add=4, sigmoid=2, tanh=2, mul=5, concat=1),
     # projection: one more linear
-    ("LSTM", "proj"): C(slice=6, linear=2, add=2, sigmoid=1, tanh=2, mul=3),
-    ("RNN", "plain"): C(slice=1, linear=1, add=1, tanh=1),
+    ("LSTM", "proj"): C(slice=5, linear=2, add=2, sigmoid=1, tanh=2, mul=3),
+    ("RNN", "plain"): C(linear=1, add=1, tanh=1),
 }
+# The loop body gets the step's whole projection row: it slices x's gate blocks itself
+# (GRU: [x_r|x_z] and x_n), which unrolled emission does once per sequence.
+LOOP_EXTRA = {"GRU": C(slice=2), "LSTM": C(), "RNN": C()}
 VARIANTS = {
     "lbr=1": dict(linear_before_reset=True),
     "lbr=0": dict(linear_before_reset=False),
@@ -90,10 +95,10 @@ def test_bidirectional_doubles_per_step_ops(kind, variant):
 
 
 @pytest.mark.parametrize("kind,variant", PER_STEP, ids=["-".join(k) for k in PER_STEP])
-def test_loop_body_is_the_step_without_its_time_slice(kind, variant):
+def test_loop_body_is_the_step_plus_gate_slices_of_x(kind, variant):
     _, b = _emit(kind, variant, T=5, strategy="scan")
     (body,) = b.bodies
-    assert body.counts() == PER_STEP[kind, variant] - C(slice=1)
+    assert body.counts() == PER_STEP[kind, variant] + LOOP_EXTRA[kind]
     assert b.counts()["scan"] == 1
 
 
@@ -132,13 +137,22 @@ def test_zero_initial_state_skips_the_first_recurrent_matmul(kind, variant):
 
 
 def test_output_layout_costs_and_unwanted_outputs():
-    # Y [T, D, B, H]: two unsqueezes and a concat; Y_h: a concat of the two final states
     _, b = _emit("GRU", "lbr=1", T=3, D=2)
     fixed = b.counts() - C({k: 2 * 3 * v for k, v in PER_STEP["GRU", "lbr=1"].items()})
-    # projection, its split per direction and h0's, Y_d per direction, Y layout, Y_h
-    assert fixed == C(linear=1, slice=2 + 2, concat=2 + 1 + 1, unsqueeze=2)
+    # the projection; per direction: its columns, h0's row (slice + squeeze), x_rz and x_n
+    # (slice + unstack each), Y_d (a stack of the steps), the final h (unsqueeze);
+    # then Y [T, D, B, H] (a stack of the directions) and Y_h (a concat)
+    assert fixed == C(
+        linear=1,
+        slice=2 * (1 + 1 + 2),
+        squeeze=2,
+        unstack=2 * 2,
+        stack=2 + 1,
+        unsqueeze=2,
+        concat=1,
+    )
     _, b = _emit("GRU", "lbr=1", T=3, D=2, want_y=False)
-    assert b.counts()["unsqueeze"] == 0 and b.counts()["concat"] == 1
+    assert b.counts()["stack"] == 0 and b.counts()["concat"] == 1
 
 
 def test_constant_lens_mask_only_the_steps_that_need_it():
@@ -158,11 +172,12 @@ def test_constant_lens_mask_only_the_steps_that_need_it():
 def test_runtime_lens_compare_once_then_select_per_step():
     _, plain = _emit("LSTM", T=3, init=False)
     _, masked = _emit("LSTM", T=3, init=False, lens="lens")
-    # one less() for all steps (with the lens' two unsqueezes); per step a mask slice,
-    # a where per state and one for y (at the first step, y's is h's: where(m, h', 0))
-    assert masked.counts() - plain.counts() == C(less=1, unsqueeze=2, slice=3, where=3 * 3 - 1)
+    # one less() for all steps (with the lens' two unsqueezes), unstacked into per-step
+    # masks at once; per step a where per state and one for y (at the first step, y's is
+    # h's: where(m, h', 0))
+    assert masked.counts() - plain.counts() == C(less=1, unsqueeze=2, unstack=1, where=3 * 3 - 1)
     # given initial states, rows of zero length start from zero (onnxruntime's final
     # state for them): one more less (and its unsqueezes), one where per state tensor
     _, plain = _emit("LSTM", T=3)
     _, masked = _emit("LSTM", T=3, lens="lens")
-    assert masked.counts() - plain.counts() == C(less=2, unsqueeze=4, slice=3, where=3 * 3 + 2)
+    assert masked.counts() - plain.counts() == C(less=2, unsqueeze=4, unstack=1, where=3 * 3 + 2)
