@@ -11,7 +11,11 @@ things are added here, each because the raw conversion cannot be exported or low
   tensors and read them with `.numpy()`/`.tolist()` in `forward`, which torch.export
   cannot trace. When those tensors are constants (initializers or Constant nodes, as in
   every graph our rewrite emits) the modules are replaced by ones holding Python ints.
+  Values computed only from constants and static input shapes (the Shape -> Gather ->
+  Concat -> Expand chains exporters write for zero initial states) are folded first.
 - Identity becomes `clone()`, a copy the Arm backend would carry; such nodes are dropped.
+- MatMul by a constant matrix (and its bias Add) becomes nn.Linear, which the Arm
+  quantizer quantizes per output channel.
 - The registry stops at opset 17 for several ops. Versions that only added element types
   (listed in `_TYPE_ONLY_VERSIONS`) reuse the previous converter; Split-18 and
   ThresholdedRelu (missing altogether, and emitted by the rewrite) get their own.
@@ -182,6 +186,15 @@ class StaticReshape(nn.Module):
         return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(self.shape)])
 
 
+class StaticExpand(nn.Module):
+    def __init__(self, shape: list):
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x):  # ONNX Expand broadcasts both ways
+        return x.expand(torch.broadcast_shapes(tuple(x.shape), tuple(self.shape)))
+
+
 def _ints(value) -> list:
     return [int(v) for v in value.reshape(-1).tolist()]
 
@@ -205,6 +218,7 @@ _STATIC = {
     ),
     "OnnxUnsqueezeDynamicAxes": lambda module, axes: StaticUnsqueeze(_ints(axes)),
     "OnnxReshape": lambda module, shape: StaticReshape(_ints(shape)),
+    "OnnxExpand": lambda module, shape: StaticExpand(_ints(shape)),
 }
 
 
@@ -222,6 +236,57 @@ def _constant(gm: torch.fx.GraphModule, arg):
         if type(module).__name__ == "OnnxConstant" and isinstance(module.value, torch.Tensor):
             return module.value, True
     return None, False
+
+
+def _fold_constants(gm: torch.fx.GraphModule, model: onnx.ModelProto) -> int:
+    """Evaluate what only depends on constants and static input shapes (Shape -> Gather
+    -> Concat -> Expand chains of exported models) and store the results as initializers.
+    Returns how many values were folded; nothing happens unless the input shapes are static."""
+    if any(d is None for _, shape, _ in input_specs(model) for d in shape):
+        return 0
+    fixed = set()
+    for node in gm.graph.nodes:
+        inputs = node.all_input_nodes
+        if node.op == "get_attr":
+            fixed.add(node)
+        elif node.op == "call_module" and type(gm.get_submodule(node.target)).__name__ in (
+            "OnnxShape",
+            "OnnxConstant",
+        ):
+            fixed.add(node)
+        elif node.op in ("call_module", "call_function") and inputs:
+            if all(i in fixed for i in inputs):
+                fixed.add(node)
+    boundary = [
+        n
+        for n in fixed
+        if n.op != "get_attr" and any(u not in fixed or u.op == "output" for u in n.users)
+    ]
+    if not boundary:
+        return 0
+    values = {}
+
+    class _Capture(torch.fx.Interpreter):
+        def run_node(self, n):
+            result = super().run_node(n)
+            if n in boundary:
+                values[n] = result
+            return result
+
+    with torch.no_grad():
+        _Capture(gm).run(*example_inputs(model))
+    initializers = gm.get_submodule("initializers")
+    folded = 0
+    for node in boundary:
+        if not isinstance(values.get(node), torch.Tensor):
+            continue
+        name = f"folded_{folded}"
+        initializers.register_buffer(name, values[node].clone())
+        with gm.graph.inserting_before(node):
+            constant = gm.graph.get_attr(f"initializers.{name}")
+        node.replace_all_uses_with(constant)
+        folded += 1
+    return folded
 
 
 def _propagate_shapes(gm: torch.fx.GraphModule, model: onnx.ModelProto) -> None:
@@ -292,7 +357,11 @@ def _matmul_to_linear(gm: torch.fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         if node.op != "call_module":
             continue
-        if type(gm.get_submodule(node.target)).__name__ != "OnnxMatMul":
+        kind = type(gm.get_submodule(node.target)).__name__
+        if kind == "OnnxGemm":
+            count += _gemm_to_linear(gm, node)
+            continue
+        if kind != "OnnxMatMul":
             continue
         weight, ok = _constant(gm, node.args[1])
         if not ok or weight is None or weight.dim() != 2 or not weight.is_floating_point():
@@ -317,6 +386,31 @@ def _matmul_to_linear(gm: torch.fx.GraphModule) -> int:
             gm.graph.erase_node(user)
         count += 1
     return count
+
+
+def _gemm_to_linear(gm: torch.fx.GraphModule, node) -> int:
+    """Gemm(A, constant B, C) -> Linear(A) + beta * C. onnx2torch makes nn.Linear itself
+    only when C is a constant too; the rewrite's recurrent products add a computed C."""
+    gemm = gm.get_submodule(node.target)
+    weight, ok = _constant(gm, node.args[1])
+    if gemm.trans_a or not ok or weight is None or weight.dim() != 2:
+        return 0
+    weight = (weight if gemm.trans_b else weight.t()) * gemm.alpha  # [out, in]
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype)
+    linear.weight = nn.Parameter(weight.detach().contiguous(), requires_grad=False)
+    gm.add_submodule(node.target, linear)
+    addend = node.args[2] if len(node.args) > 2 else None
+    node.args = node.args[:1]
+    if addend is None:
+        return 1
+    last = node
+    if gemm.beta != 1.0:
+        with gm.graph.inserting_after(last):
+            addend = last = gm.graph.call_function(torch.mul, (addend, gemm.beta))
+    with gm.graph.inserting_after(last):
+        total = gm.graph.call_function(torch.add, (node, addend))
+    node.replace_all_uses_with(total, delete_user_cb=lambda user: user is not total)
+    return 1
 
 
 def _check_convertible(model: onnx.ModelProto) -> None:
@@ -344,9 +438,16 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.fx.GraphModule:
         raise ToTorchError(f"onnx2torch cannot convert this model: {e}") from e
     replaced = _make_static(gm)
     _prune(gm)
+    folded = _fold_constants(gm, model)
+    if folded:  # indices computed from shapes are constants now
+        _prune(gm)
+        for kind, count in _make_static(gm).items():
+            replaced[kind] = replaced.get(kind, 0) + count
+    _prune(gm)
     _propagate_shapes(gm, model)
     replaced["OnnxMatMul"] = _matmul_to_linear(gm)
     _prune(gm)
+    replaced["folded constants"] = folded
     gm.replaced_modules = replaced  # {onnx2torch class: count}, for tests and reports
     return gm.eval()
 

@@ -18,8 +18,9 @@ from recurrent_lowering.backends.onnx import rewrite, to_torch
 from recurrent_lowering.tests.onnx_ethos_u import models
 
 # onnx2torch classes that read index tensors at run time (torch.export cannot trace them),
-# Identity copies, and MatMuls the Arm quantizer would treat as activation x activation.
-NOT_EXPORTABLE = {
+# Identity copies, and MatMul/Gemm by constants the Arm quantizer would treat as
+# activation x activation (nn.Linear gets per-channel weights).
+UNWANTED = {
     "OnnxSlice",
     "OnnxSplit13",
     "OnnxSqueezeDynamicAxes",
@@ -27,7 +28,9 @@ NOT_EXPORTABLE = {
     "OnnxReshape",
     "OnnxCopyIdentity",
     "OnnxMatMul",
+    "OnnxGemm",
 }
+FLAGGED_ALWAYS = {"OnnxCopyIdentity", "OnnxMatMul", "OnnxGemm"}
 
 
 def _ort(model, feeds):
@@ -45,7 +48,15 @@ def _torch_outputs(module, feeds, model):
 
 
 def _classes(module):
-    return {type(m).__name__ for m in module.modules()}
+    """onnx2torch classes still called with index tensors (an equal Split is fine), plus
+    copies and MatMuls; every other class as is."""
+    names = set()
+    for node in module.graph.nodes:
+        if node.op == "call_module":
+            name = type(module.get_submodule(node.target)).__name__
+            if name not in UNWANTED or len(node.args) > 1 or name in FLAGGED_ALWAYS:
+                names.add(name)
+    return names
 
 
 R = models.recurrent
@@ -89,7 +100,7 @@ def test_rewritten_node_converts_and_matches_onnxruntime(name):
     model, feeds = R(op, **kw)
     rewritten = rewrite.rewrite_model(model, strategy="unrolled")
     module = to_torch.onnx_to_torch(rewritten)
-    assert not _classes(module) & NOT_EXPORTABLE
+    assert not _classes(module) & UNWANTED
     expected = _ort(model, feeds)
     actual = _torch_outputs(module, feeds, rewritten)
     assert len(actual) == len(expected)
@@ -111,6 +122,13 @@ def test_head_model_exports_with_the_same_numerics(op, opset):
         np.testing.assert_allclose(a.numpy(), e, atol=1e-5, rtol=0)
 
 
+def _constant_tensor(name, value):
+    """Index inputs as int64, Gemm's B and C as floats (a 2-D C keeps onnx2torch from
+    making nn.Linear itself, so our Gemm replacement runs)."""
+    dtype = np.float32 if name in ("b", "c") else np.int64
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
 def _single_op_model(op, inputs, consts, attrs=None, opset=18, outputs=1):
     names = [f"out{i}" for i in range(outputs)]
     node = helper.make_node(op, ["x", *consts], names, **(attrs or {}))
@@ -119,7 +137,7 @@ def _single_op_model(op, inputs, consts, attrs=None, opset=18, outputs=1):
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(inputs))],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
-        [numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in consts.items()],
+        [_constant_tensor(k, v) for k, v in consts.items()],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -134,17 +152,23 @@ SINGLE_OPS = {
     "squeeze-neg": ("Squeeze", dict(axes=[-2]), {}, 1),
     "unsqueeze-neg": ("Unsqueeze", dict(axes=[-1, 0]), {}, 1),
     "reshape-zero-infer": ("Reshape", dict(shape=[0, -1]), {}, 1),
+    "gemm-transb-alpha-beta": (
+        "Gemm",
+        dict(b=np.arange(10).reshape(2, 5) - 4, c=np.arange(6).reshape(3, 2)),
+        dict(transB=1, alpha=0.5, beta=-2.0),
+        1,
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(SINGLE_OPS))
 def test_static_replacements_keep_onnx_semantics(name):
     op, consts, attrs, outputs = SINGLE_OPS[name]
-    shape = (3, 1, 5) if op != "Slice" else (4, 3, 6)
+    shape = {"Slice": (4, 3, 6), "Gemm": (3, 5)}.get(op, (3, 1, 5))
     model = _single_op_model(op, shape, consts, attrs, outputs=outputs)
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     module = to_torch.onnx_to_torch(model)
-    assert not _classes(module) & NOT_EXPORTABLE
+    assert not _classes(module) & UNWANTED
     torch.export.export(module, (torch.from_numpy(x),))  # traces: the indices are ints now
     for e, a in zip(_ort(model, {"x": x}), _torch_outputs(module, {"x": x}, model)):
         np.testing.assert_array_equal(a, e)
@@ -216,3 +240,38 @@ def test_nms_converter_says_torchvision_is_missing():
     module = to_torch.onnx_to_torch(model)
     with pytest.raises(ImportError, match="torchvision is not installed"):
         module(torch.rand(1, 3, 4), torch.rand(1, 1, 3))
+
+
+def test_shape_chains_of_exported_models_fold_to_constants():
+    """torch.onnx.export writes h0 = Expand(0, Concat(1, Shape(X)[1], H)); with static
+    input shapes that chain is folded, so Expand gets a constant shape and exports."""
+    model, feeds = R("GRU", batch=2)
+    graph = model.graph
+    hidden = graph.initializer[1].dims[2]
+    extra = [
+        helper.make_node("Shape", ["X"], ["x_shape"]),
+        helper.make_node("Gather", ["x_shape", "one"], ["batch"], axis=0),
+        helper.make_node("Concat", ["one_1d", "batch", "hidden"], ["h0_shape"], axis=0),
+        helper.make_node("Expand", ["zero"], ["h0"], name="expand"),
+    ]
+    extra[-1].input.append("h0_shape")
+    rec = graph.node[0]
+    rec.input.extend(["", "h0"])
+    nodes = extra + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(np.array([1], np.int64), "one"),
+            numpy_helper.from_array(np.array([1], np.int64), "one_1d"),
+            numpy_helper.from_array(np.array([hidden], np.int64), "hidden"),
+            numpy_helper.from_array(np.zeros((1, 1, 1), np.float32), "zero"),
+        ]
+    )
+    rewritten = rewrite.rewrite_model(model, strategy="unrolled")
+    module = to_torch.onnx_to_torch(rewritten)
+    assert module.replaced_modules["folded constants"] >= 1
+    assert not _classes(module) & (UNWANTED | {"OnnxShape", "OnnxExpand"})
+    torch.export.export(module, (torch.from_numpy(feeds["X"]),))
+    for e, a in zip(_ort(model, feeds), _torch_outputs(module, feeds, rewritten)):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
