@@ -52,6 +52,7 @@ class _PartitionerHook:
         super().__init__(compile_spec, checks or None)
         self.keep_recurrent_on_cpu = keep_recurrent_on_cpu
         self.cpu_reasons = None  # collections.Counter after partition()
+        self.boundaries = None  # tag -> fallback.Boundary after partition()
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram):
         ep = decompose_recurrent(exported_program, self.strategy)
@@ -69,9 +70,11 @@ class _PartitionerHook:
 
     def partition(self, exported_program: ExportedProgram):
         result = super().partition(exported_program)
+        graph = result.tagged_exported_program.graph
         self.cpu_reasons = fallback.cpu_reasons(
-            result.tagged_exported_program.graph, self.keep_recurrent_on_cpu, str(self.tosa_spec)
+            graph, self.keep_recurrent_on_cpu, str(self.tosa_spec)
         )
+        self.boundaries = fallback.delegate_boundaries(graph)
         return result
 
 

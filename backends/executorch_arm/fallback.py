@@ -7,17 +7,23 @@ what `to_edge` decomposes it into) names the `nn.GRU`/`LSTM`/`RNN` module it cam
 
   KeepRecurrentOnCpu       an operator-support check for the partitioner's `additional_checks`:
                            rejects nodes of recurrent layers;
-  cpu_reasons              why each node left outside a delegate is there, counted per reason.
+  cpu_reasons              why each node left outside a delegate is there, counted per reason;
+  delegate_boundaries      per delegate, the quantization of the values entering and leaving it
+                           (the q/dq nodes left on the CPU), so a mixed program's delegate can be
+                           run alone on the TOSA reference model with float inputs.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Mapping, Optional
 
 import torch
 from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
+
+from recurrent_lowering.runtime.quantization import QuantParams
 
 # Module types whose nodes count as "recurrent layer" (nn_module_stack stores them as
 # "module.qualname" strings or as classes, depending on who built the graph).
@@ -87,3 +93,66 @@ def cpu_reasons(
             reason = f"{_op_name(node)} not supported on {target}"
         reasons[reason] += 1
     return reasons
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundaryValue:
+    """A value crossing a delegate boundary: its shape and the CPU-side q/dq parameters
+    (None for a float value)."""
+
+    name: str
+    shape: tuple
+    quant: Optional[QuantParams]
+
+
+@dataclasses.dataclass
+class Boundary:
+    inputs: list  # list[BoundaryValue], in first-use order
+    outputs: list  # list[BoundaryValue], in graph order
+
+
+def _params(node: Node) -> QuantParams:
+    _, scale, zero_point, qmin, qmax, dtype = node.args[:6]
+    return QuantParams(float(scale), int(zero_point), int(qmin), int(qmax), str(dtype)[6:])
+
+
+def _shape(node: Node) -> tuple:
+    return tuple(int(d) for d in node.meta["val"].shape)
+
+
+def delegate_boundaries(graph: torch.fx.Graph) -> dict:
+    """tag -> Boundary of a tagged edge graph (after partitioning, before lowering)."""
+    boundaries: dict = {}
+    for node in graph.nodes:
+        tag = node.meta.get("delegation_tag")
+        if tag is None or node.op != "call_function":
+            continue
+        b = boundaries.setdefault(tag, Boundary([], []))
+        for producer in node.all_input_nodes:
+            if producer.meta.get("delegation_tag") == tag:
+                continue
+            if any(v.name == producer.name for v in b.inputs):
+                continue
+            quant = _params(producer) if "quantize_per_tensor" in str(producer.target) else None
+            b.inputs.append(BoundaryValue(producer.name, _shape(producer), quant))
+        outside = [u for u in node.users if u.meta.get("delegation_tag") != tag]
+        if outside:
+            dq = [u for u in outside if "dequantize_per_tensor" in str(u.target)]
+            quant = _params(dq[0]) if dq and len(dq) == len(outside) else None
+            b.outputs.append(BoundaryValue(node.name, _shape(node), quant))
+    return boundaries
+
+
+def match_by_shape(values: list, shapes: list) -> list:
+    """values (BoundaryValue) reordered to match `shapes` (a TOSA graph's I/O); refuses when
+    two values share a shape, since then only names could tell them apart."""
+    by_shape: dict = {}
+    for v in values:
+        by_shape.setdefault(tuple(v.shape), []).append(v)
+    ordered = []
+    for shape in shapes:
+        candidates = by_shape.get(tuple(shape), [])
+        if len(candidates) != 1:
+            raise ValueError(f"{len(candidates)} boundary values of shape {shape}: ambiguous")
+        ordered.append(candidates[0])
+    return ordered

@@ -1,0 +1,94 @@
+"""Recurrent layers kept on the CPU (--keep_recurrent_on_cpu): decomposed into portable ops,
+rejected by the partitioner, the rest delegated.
+
+- a bare streaming GRU on TOSA-1.0+FP: nothing delegated, the .pte runs in ExecuTorch's host
+  runtime (no aten::gru kernel there) and equals torch eager to 1e-5;
+- stream_gru on Ethos-U55-128 (INT8): the GRU stays in float on the CPU, the head is one
+  delegate; checked split: the CPU part's ops, run as their own CPU-only program on the host,
+  feed the delegate's .tosa on the TOSA reference model (see delegate_run.py).
+"""
+
+import numpy as np
+import torch
+from torch import nn
+
+from recurrent_lowering.backends.executorch_arm import arm_hooks, delegate_run, fallback, flow
+from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
+from recurrent_lowering.runtime import executorch_host
+from recurrent_lowering.tools import models
+
+
+class Recurrent(nn.Module):
+    """Just a module's recurrent layer, streaming: (x, h0) -> (y, h_n)."""
+
+    def __init__(self, rnn):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x, h0):
+        return self.rnn(x, h0)
+
+
+def _lower_keeping_recurrent(module, inputs, target, tmp_path):
+    partitioners = []
+
+    def partitioner_factory(spec):
+        partitioners.append(arm_hooks.create_partitioner(spec, keep_recurrent_on_cpu=True))
+        return partitioners[-1]
+
+    result = flow.lower(
+        module,
+        inputs,
+        target,
+        artifact_dir=tmp_path,
+        quantizer_factory=rq.quantizer_factory(keep_recurrent_on_cpu=True),
+        partitioner_factory=partitioner_factory,
+        run_vela=False,
+    )
+    (partitioner,) = partitioners
+    return result, partitioner
+
+
+def test_bare_gru_on_cpu_runs_on_host(tmp_path):
+    torch.manual_seed(0)
+    module = Recurrent(nn.GRU(8, 16, batch_first=True)).eval()
+    inputs = (torch.randn(1, 3, 8), torch.randn(1, 1, 16) * 0.5)
+    result, partitioner = _lower_keeping_recurrent(module, inputs, "TOSA-1.0+FP", tmp_path)
+    assert result.num_delegates == 0
+    assert result.cpu_nodes > 0
+    assert dict(partitioner.cpu_reasons) == {fallback.KEPT_ON_CPU: result.cpu_nodes}
+    outputs = executorch_host.run_pte(result.pte, [t.numpy() for t in inputs])
+    with torch.no_grad():
+        expected = module(*inputs)
+    assert len(outputs) == 2
+    for got, want in zip(outputs, expected):
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=0)
+
+
+def test_stream_gru_u55_gru_on_cpu_head_delegated(tmp_path):
+    module, inputs = models.build("stream_gru")
+    mixed, partitioner = _lower_keeping_recurrent(module, inputs, "ethos-u55-128", tmp_path / "u55")
+    assert mixed.num_delegates == 1 and b"vela_bin_stream" in mixed.pte
+    reasons = dict(partitioner.cpu_reasons)
+    assert reasons.pop(fallback.QDQ_AT_BOUNDARY) == 2  # quantize into the head, dequantize out
+    kept = reasons.pop(fallback.KEPT_ON_CPU)
+    assert reasons == {}  # nothing else left on the CPU
+    assert kept + 2 == mixed.cpu_nodes
+    # the head: fc1, tanh, fc2, sigmoid as TOSA ops, no recurrent op in the delegate
+    assert mixed.tosa_op_counts["CONV2D"] == 2  # fc1, fc2 (the GRU's linears would add more)
+    assert mixed.tosa_op_counts["TABLE"] == 2  # tanh, sigmoid (the GRU's gates would add three)
+
+    # The CPU part alone: the same recurrent ops, as a CPU-only program on the host runtime.
+    cpu, cpu_partitioner = _lower_keeping_recurrent(
+        Recurrent(module.rnn), inputs, "TOSA-1.0+FP", tmp_path / "cpu"
+    )
+    assert cpu.num_delegates == 0
+    assert cpu_partitioner.cpu_reasons[fallback.KEPT_ON_CPU] == kept
+    y, h_n = executorch_host.run_pte(cpu.pte, [t.numpy() for t in inputs])
+
+    (boundary,) = partitioner.boundaries.values()
+    (score,) = delegate_run.run_delegate(mixed.tosa_files[0], boundary, [y])
+    with torch.no_grad():
+        want_score, want_h = (t.numpy() for t in module(*inputs))
+    np.testing.assert_allclose(h_n, want_h, atol=1e-5, rtol=0)  # float GRU on the CPU
+    assert abs(float(score.reshape(-1)[0]) - float(want_score.reshape(-1)[0])) < 0.02
