@@ -48,6 +48,13 @@ class Builder(abc.ABC):
     #: builder must set it; float32 unless the graph says otherwise.
     dtype: np.dtype = np.dtype(np.float32)
 
+    #: False: one recurrent product per step for all gates (NPUs stream each product's
+    #: weights; fewer, larger products). True: one per activation group (GRU [r|z] and
+    #: n with linear_before_reset, LSTM [i|f|o] and g), each followed directly by its
+    #: activation: onnxruntime fuses a Gemm with the activation after it, so there two
+    #: products cost less than one product and a split.
+    split_recurrent_product: bool = False
+
     # --- constants and linear algebra -------------------------------------------------
     @abc.abstractmethod
     def constant(self, array: np.ndarray, name: str = "") -> Value:

@@ -37,11 +37,15 @@ class CellParams:
     w_in: Any  # [G*H, I] hoisted input projection
     b_in: Any  # [G*H] every bias that folds into it, or None
     r: Any  # [G*H, O] recurrent weights (GRU lbr=0: only r, z rows)
-    r_n: Any = None  # GRU lbr=0: n rows of R, applied to r * h
-    b_rec: Any = None  # recurrent bias that cannot fold (GRU lbr=1: Rb_n)
+    r_n: Any = None  # GRU: n rows of R (lbr=0: applied to r * h; lbr=1: split_product)
+    r_g: Any = None  # LSTM split_product: g rows of R (r holds i, f, o)
+    b_rec: Any = None  # recurrent bias that cannot fold (GRU lbr=1: Rb_n, [3H] or [H] split)
     p_if: Any = None  # LSTM peepholes of i, f (just i with input_forget)
     p_o: Any = None
     proj: Any = None  # LSTM projection [P, H]
+    # One recurrent product per activation group instead of one for all gates (see
+    # Builder.split_recurrent_product).
+    split_product: bool = False
 
     def clip_(self, e: Emitter, v: Expr) -> Expr:
         """ONNX clip: bound a gate's pre-activation to [-clip, clip]."""
@@ -74,7 +78,12 @@ def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     """
     (h,) = state
     H, (f, g) = p.hidden_size, p.activations
-    if p.linear_before_reset:
+    if p.linear_before_reset and p.split_product:  # two products: [r|z] and n
+        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + e.linear(h, p.r, name=p.label + "_R_rz")))
+        r, z = rz[..., :H], rz[..., H : 2 * H]
+        hr_n = e.linear(h, p.r_n, p.b_rec, p.label + "_R_n")
+        n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + r * hr_n))
+    elif p.linear_before_reset:
         hr = e.linear(h, p.r, p.b_rec, p.label + "_R")  # one recurrent matmul for all three gates
         # r, z share f: one activation. Slicing x and hr (not their sum) leaves x's slices to
         # the sequence (once, not per step) and hr's two slices are one split of hr.
@@ -102,13 +111,19 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     h, c = state
     H, (act_f, act_g, act_h) = p.hidden_size, p.activations
     k = 1 if p.input_forget else 2  # gates before o: (i) or (i, f)
-    pre = x + e.linear(h, p.r, name=p.label + "_R")  # one recurrent matmul for all gates
+    if p.split_product:  # [i|f|o] and g: one product per activation
+        pre = x[..., : (k + 1) * H] + e.linear(h, p.r, name=p.label + "_R_ifo")
+        pre_g = x[..., (k + 1) * H : (k + 2) * H] + e.linear(h, p.r_g, name=p.label + "_R_g")
+    else:
+        pre = x + e.linear(h, p.r, name=p.label + "_R")  # one recurrent matmul for all gates
+        pre_g = pre[..., (k + 1) * H : (k + 2) * H]
+        pre = pre[..., : (k + 1) * H]
     if p.p_o is None:  # no peepholes: i, f, o share one activation
-        gates = e.act(act_f, p.clip_(e, pre[..., : (k + 1) * H]))
+        gates = e.act(act_f, p.clip_(e, pre))
     else:  # i, f see c, o sees c': two activations
         gates = e.act(act_f, p.clip_(e, pre[..., : k * H] + p.p_if * e.concat([c] * k, -1)))
     i = gates[..., :H]
-    g = e.act(act_g, p.clip_(e, pre[..., (k + 1) * H : (k + 2) * H]))
+    g = e.act(act_g, p.clip_(e, pre_g))
     if p.input_forget:  # f = 1 - i (onnxruntime): c' = (1 - i) * c + i * g
         c_new = c + i * (g - c)
     else:
@@ -145,7 +160,11 @@ STEP: dict[CellKind, Callable[[Emitter, Expr, tuple, CellParams], tuple]] = {
 
 
 def prepare(
-    spec: RecurrentSpec, lw: LayerWeights, direction_index: int, layer: int = 0
+    spec: RecurrentSpec,
+    lw: LayerWeights,
+    direction_index: int,
+    layer: int = 0,
+    split_product: bool = False,
 ) -> CellParams:
     """Arrange one (layer, direction) for its cell: internal gate order, folded biases.
 
@@ -180,13 +199,18 @@ def prepare(
             if b_r is not None:
                 folded = wa.concat([wa.rows(b_r, 0, 2 * H), wa.zeros(H, b_r)])
                 keep = wa.concat([wa.zeros(2 * H, b_r), wa.rows(b_r, 2 * H, 3 * H)])
-            return CellParams(
-                **common,
-                w_in=lw.w,
-                b_in=wa.nonzero(wa.add(lw.b_w, folded)),
-                r=lw.r,
-                b_rec=wa.nonzero(keep),
-            )
+            b_in = wa.nonzero(wa.add(lw.b_w, folded))
+            if split_product:
+                return CellParams(
+                    **common,
+                    w_in=lw.w,
+                    b_in=b_in,
+                    r=_own(wa.rows(lw.r, 0, 2 * H)),
+                    r_n=_own(wa.rows(lw.r, 2 * H, 3 * H)),
+                    b_rec=None if b_r is None else wa.nonzero(_own(wa.rows(b_r, 2 * H, 3 * H))),
+                    split_product=True,
+                )
+            return CellParams(**common, w_in=lw.w, b_in=b_in, r=lw.r, b_rec=wa.nonzero(keep))
         return CellParams(  # (r * h) R_n^T + Rb_n: Rb_n folds too
             **common,
             w_in=lw.w,
@@ -202,14 +226,23 @@ def prepare(
         if peep is not None:
             p_if = wa.concat([wa.take(peep, k) for k in ((0,) if spec.input_forget else (0, 1))])
             p_o = _own(wa.take(peep, 2))
+        r = wa.blocks(lw.r, 4, order)
+        r_g = None
+        if split_product:  # rows of [i|f|o] and of g
+            r, r_g = (
+                wa.rows(r, 0, (len(order) - 1) * H),
+                wa.rows(r, (len(order) - 1) * H, len(order) * H),
+            )
         return CellParams(
             **common,
             w_in=_own(wa.blocks(lw.w, 4, order)),
             b_in=wa.nonzero(wa.blocks(wa.add(lw.b_w, lw.b_r), 4, order)),
-            r=_own(wa.blocks(lw.r, 4, order)),
+            r=_own(r),
+            r_g=_own(r_g),
             p_if=_own(p_if),
             p_o=p_o,
             proj=lw.proj,
+            split_product=split_product,
         )
     return CellParams(**common, w_in=lw.w, b_in=wa.nonzero(wa.add(lw.b_w, lw.b_r)), r=lw.r)
 

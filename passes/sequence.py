@@ -191,7 +191,10 @@ class _Stack:
         self.sa = 1 if spec.layout.state_batch_first else 0  # layer*direction axis of states
         self.lens = _Lens(b, lens, self.T)
         self.cells = [
-            [prepare(spec, weights[layer][d], d, layer) for d in range(self.D)]
+            [
+                prepare(spec, weights[layer][d], d, layer, b.split_recurrent_product)
+                for d in range(self.D)
+            ]
             for layer in range(spec.num_layers)
         ]
         self._weights: dict = {}  # materialized runtime weights (weights.materialize cache)
@@ -250,7 +253,7 @@ class _Stack:
         into the outer graph, so every step and a loop body share them."""
         m = {
             f: self._materialize(getattr(p, f), f"{p.label}_{f}")
-            for f in ("r", "r_n", "b_rec", "p_if", "p_o", "proj")
+            for f in ("r", "r_n", "r_g", "b_rec", "p_if", "p_o", "proj")
         }
         return dataclasses.replace(p, **m)
 

@@ -101,6 +101,9 @@ class OnnxBuilder(Builder):
     """
 
     capabilities = frozenset({SELECT, SCAN})
+    # onnxruntime fuses Gemm + the activation after it (FusedGemm): per activation group
+    # one product (GRU [r|z] and n, LSTM [i|f|o] and g) beats one product and a Split
+    split_recurrent_product = True
 
     def __init__(
         self,
