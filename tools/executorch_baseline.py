@@ -19,7 +19,13 @@ from recurrent_lowering.tools import models
 
 def measure(name: str, target: str, out_dir: pathlib.Path) -> dict:
     module, inputs = models.build(name)
-    result = flow.lower(module, inputs, target, artifact_dir=out_dir / f"{name}_{target}")
+    result = flow.lower(
+        module,
+        inputs,
+        target,
+        artifact_dir=out_dir / f"{name}_{target}",
+        decomposition="executorch",
+    )
     row = {
         "model": name,
         "target": target,

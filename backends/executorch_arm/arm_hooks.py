@@ -17,7 +17,11 @@ portable ops (ops_to_not_decompose would otherwise keep them whole for the deleg
 layer runs in ExecuTorch's portable CPU runtime. After partitioning, `cpu_reasons` counts why
 each node left outside a delegate is there.
 
-`create_quantizer` / `create_partitioner` mirror `executorch.backends.arm.util._factory`.
+`create_quantizer` / `create_partitioner` mirror `executorch.backends.arm.util._factory`;
+both take an `Emission` (how the recurrent steps are written), which `emission_options`
+chooses per target: on Ethos-U85 the recurrent product as a MATMUL with R on the left
+(Vela runs a per-step CONV at about 12 MACs/cycle there, the MATMUL at about 20); on U55,
+where R streams from flash, the CONV form is 2.3x faster than MATMUL.
 """
 
 from __future__ import annotations
@@ -32,18 +36,29 @@ from torch.fx import GraphModule
 from . import fallback
 from .arm_passes import DecomposeRecurrentPass
 from .decompose import decompose_recurrent
+from .fx_builder import PLAIN, Emission
+
+
+def emission_options(target: str) -> Emission:
+    """The emission that gives the fewest Vela cycles on `target` (a TOSA spec string or an
+    Ethos-U accelerator such as "ethos-u85-256"); see docs/arm_benchmark.md."""
+    return Emission(
+        recurrent_product="matmul" if target.lower().startswith("ethos-u85") else "linear"
+    )
 
 
 class _QuantizerHook:
     strategy = "unrolled"
+    emission = PLAIN
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        DecomposeRecurrentPass(tfa_pass=True, strategy=self.strategy)(model)
+        DecomposeRecurrentPass(tfa_pass=True, strategy=self.strategy, emission=self.emission)(model)
         return super().transform_for_annotation(model)
 
 
 class _PartitionerHook:
     strategy = "unrolled"
+    emission = PLAIN
 
     def __init__(self, compile_spec, additional_checks=None, keep_recurrent_on_cpu=False):
         checks = list(additional_checks or ())
@@ -55,7 +70,7 @@ class _PartitionerHook:
         self.boundaries = None  # tag -> fallback.Boundary after partition()
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram):
-        ep = decompose_recurrent(exported_program, self.strategy)
+        ep = decompose_recurrent(exported_program, self.strategy, self.emission)
         return super().transform_for_pre_decomposition(ep)
 
     def ops_to_not_decompose(self, ep):
@@ -94,17 +109,26 @@ class RecurrentEthosUPartitioner(_PartitionerHook, EthosUPartitioner):
     """EthosUPartitioner that decomposes GRU/LSTM/RNN with recurrent_lowering before to_edge."""
 
 
-def create_quantizer(compile_spec):
+def create_quantizer(compile_spec, emission: Emission = PLAIN):
     if isinstance(compile_spec, TosaCompileSpec):
-        return RecurrentTOSAQuantizer(compile_spec)
-    if isinstance(compile_spec, EthosUCompileSpec):
-        return RecurrentEthosUQuantizer(compile_spec)
-    raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
+        quantizer = RecurrentTOSAQuantizer(compile_spec)
+    elif isinstance(compile_spec, EthosUCompileSpec):
+        quantizer = RecurrentEthosUQuantizer(compile_spec)
+    else:
+        raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
+    quantizer.emission = emission
+    return quantizer
 
 
-def create_partitioner(compile_spec, additional_checks=None, keep_recurrent_on_cpu=False):
+def create_partitioner(
+    compile_spec, additional_checks=None, keep_recurrent_on_cpu=False, emission: Emission = PLAIN
+):
     if isinstance(compile_spec, TosaCompileSpec):
-        return RecurrentTOSAPartitioner(compile_spec, additional_checks, keep_recurrent_on_cpu)
-    if isinstance(compile_spec, EthosUCompileSpec):
-        return RecurrentEthosUPartitioner(compile_spec, additional_checks, keep_recurrent_on_cpu)
-    raise ValueError(f"no recurrent-lowering partitioner for {type(compile_spec).__name__}")
+        cls = RecurrentTOSAPartitioner
+    elif isinstance(compile_spec, EthosUCompileSpec):
+        cls = RecurrentEthosUPartitioner
+    else:
+        raise ValueError(f"no recurrent-lowering partitioner for {type(compile_spec).__name__}")
+    partitioner = cls(compile_spec, additional_checks, keep_recurrent_on_cpu)
+    partitioner.emission = emission
+    return partitioner

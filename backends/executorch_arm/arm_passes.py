@@ -35,6 +35,7 @@ from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassResult
 
 from .decompose import decompose_graph_module
+from .fx_builder import PLAIN, Emission
 
 aten = torch.ops.aten
 
@@ -56,9 +57,16 @@ class DecomposeRecurrentPass(ArmOpTargetedPass):
         aten.rnn_relu_cell.default,
     )
 
-    def __init__(self, tfa_pass: bool = False, strategy: str = "unrolled", *args, **kwargs):
+    def __init__(
+        self,
+        tfa_pass: bool = False,
+        strategy: str = "unrolled",
+        *args,
+        emission: Emission = PLAIN,
+        **kwargs,
+    ):
         super().__init__(tfa_pass, *args, **kwargs)
-        self.strategy = strategy
+        self.strategy, self.emission = strategy, emission
 
     def call(self, graph_module: GraphModule) -> PassResult:
         targets = set(self.target_ops)
@@ -66,6 +74,7 @@ class DecomposeRecurrentPass(ArmOpTargetedPass):
             graph_module,
             self.strategy,
             allowed=lambda n: n.target in targets and self.allowed_to_transform(n.meta),
+            emission=self.emission,
         )
         return PassResult(graph_module, modified)
 
@@ -107,9 +116,12 @@ class RecurrentArmPassManager(ArmPassManager):
     """An ArmPassManager that runs our recurrent passes where ExecuTorch's would run."""
 
     strategy = "unrolled"
+    emission = PLAIN
 
     def add_pass(self, pipeline_pass):
         ours = REPLACEMENTS.get(type(pipeline_pass))
         if ours is not None:
-            pipeline_pass = ours(tfa_pass=pipeline_pass.is_tfa_pass, strategy=self.strategy)
+            pipeline_pass = ours(
+                tfa_pass=pipeline_pass.is_tfa_pass, strategy=self.strategy, emission=self.emission
+            )
         return super().add_pass(pipeline_pass)

@@ -46,7 +46,15 @@ from recurrent_lowering.passes.spec import (
     SpecError,
 )
 
-from .fx_builder import ConstantSink, FxBuilder, ModuleConstants, ProgramConstants, fake_mode_of
+from .fx_builder import (
+    PLAIN,
+    ConstantSink,
+    Emission,
+    FxBuilder,
+    ModuleConstants,
+    ProgramConstants,
+    fake_mode_of,
+)
 
 aten = torch.ops.aten
 
@@ -254,7 +262,12 @@ def _module_prefix(node: Node) -> str:
 
 
 def _replace(
-    graph: Graph, node: Node, sink: ConstantSink, constant_of: ConstantOf, strategy: str
+    graph: Graph,
+    node: Node,
+    sink: ConstantSink,
+    constant_of: ConstantOf,
+    strategy: str,
+    emission: Emission = PLAIN,
 ) -> list[Node]:
     """Emit `node`'s math before it, rewire its users, erase it; returns the emitted nodes."""
     is_cell = node.target in CELL_OPS
@@ -262,7 +275,7 @@ def _replace(
         raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
     spec, weights, x, h0, c0 = (_cell_problem if is_cell else _sequence_problem)(node, constant_of)
     dtype = _val(x).dtype
-    b = FxBuilder(graph, sink, meta_from=node, dtype=dtype)
+    b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, emission=emission)
     with graph.inserting_before(node):
         if is_cell:  # one step of a sequence: [B, I] -> [1, B, I], states [1, B, H]
             x, h0, c0 = (None if v is None else b.unsqueeze(v, 0) for v in (x, h0, c0))
@@ -320,7 +333,9 @@ def _program_constant_of(ep: ExportedProgram, specs: list) -> ConstantOf:
     return constant_of
 
 
-def decompose_recurrent(ep: ExportedProgram, strategy: str = "unrolled") -> ExportedProgram:
+def decompose_recurrent(
+    ep: ExportedProgram, strategy: str = "unrolled", emission: Emission = PLAIN
+) -> ExportedProgram:
     """A copy of `ep` with every recurrent op replaced by the core's emission.
 
     The new weights are PARAMETERs of the returned program (in its state_dict), so
@@ -348,7 +363,7 @@ def decompose_recurrent(ep: ExportedProgram, strategy: str = "unrolled") -> Expo
         if node.op == "call_function" and node.target in TARGET_OPS:
             replaced_args.update(n for n in node.all_input_nodes if n.op == "placeholder")
             sink.prefix = _module_prefix(node)
-            _replace(graph, node, sink, constant_of, strategy)
+            _replace(graph, node, sink, constant_of, strategy, emission)
 
     # Drop weights nobody reads any more (the recurrent ops' own parameters).
     by_name = {s.arg.name: s for s in old_specs if isinstance(s.arg, TensorArgument)}
@@ -401,7 +416,10 @@ def _module_constant_of(gm: GraphModule) -> ConstantOf:
 
 
 def decompose_graph_module(
-    gm: GraphModule, strategy: str = "unrolled", allowed: Callable[[Node], bool] = lambda n: True
+    gm: GraphModule,
+    strategy: str = "unrolled",
+    allowed: Callable[[Node], bool] = lambda n: True,
+    emission: Emission = PLAIN,
 ) -> bool:
     """Replace the recurrent ops of a GraphModule in place (weights as get_attr); True if any."""
     graph = gm.graph
@@ -414,7 +432,7 @@ def decompose_graph_module(
     constant_of = _module_constant_of(gm)
     for node in nodes:
         weights = [n for n in node.all_input_nodes if n.op == "get_attr"]
-        _replace(graph, node, sink, constant_of, strategy)
+        _replace(graph, node, sink, constant_of, strategy, emission)
         for w in weights:
             if not w.users:
                 graph.erase_node(w)

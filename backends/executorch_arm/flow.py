@@ -4,8 +4,12 @@ torch.export -> (INT targets: PT2E quantization with the Arm quantizer, symmetri
 calibrated on the given inputs) -> to_edge_transform_and_lower with the TOSA or Ethos-U
 partitioner -> .pte bytes. The TOSA flatbuffer of every delegate is dumped to a directory
 (compile spec `dump_intermediate_artifacts_to`), so the result can be run on the TOSA reference
-model (numerics vs fp32 torch eager) and through Vela (Ethos-U cycle estimates). This is the
-baseline harness: our own decomposition passes will plug in before lowering.
+model (numerics vs fp32 torch eager) and through Vela (Ethos-U cycle estimates).
+
+`decomposition` picks who decomposes GRU/LSTM/RNN: "ours" (the default: arm_hooks' quantizer
+and partitioner, which run recurrent_lowering's passes in ExecuTorch's slots, with the
+emission form chosen per target by `emission_options`) or "executorch" (ExecuTorch 1.5.1's
+own DecomposeGru/Lstm/RnnPass: the baseline we benchmark against).
 
 torch 2.13: `ExportedProgram.module()` must be called with `check_guards=False`, otherwise a
 `_guards_fn` call_module node makes ExecuTorch's recurrent decomposition passes fail.
@@ -106,19 +110,33 @@ def _compile_spec(target: str, artifact_dir: pathlib.Path, system_config, memory
     return spec
 
 
-def quantize(module, example_inputs, compile_spec, calibration_inputs=None, quantizer_factory=None):
-    """PT2E quantization with the Arm quantizer for `compile_spec` (int8, per-channel weights).
+def quantize(
+    module,
+    example_inputs,
+    compile_spec,
+    calibration_inputs=None,
+    quantizer_factory=None,
+    activations: str = "int8",
+):
+    """PT2E quantization with the Arm quantizer for `compile_spec` (int8 per-channel weights;
+    int8 activations, or int16 with `activations="int16"`, ExecuTorch's a16w8 config).
 
     `quantizer_factory(compile_spec)` replaces ExecuTorch's `create_quantizer` (e.g. with
     backends.executorch_arm.arm_hooks.create_quantizer, which decomposes with our passes).
     """
-    from executorch.backends.arm.quantizer import get_symmetric_quantization_config
+    from executorch.backends.arm.quantizer import arm_quantizer
     from executorch.backends.arm.util._factory import create_quantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    configs = {
+        "int8": arm_quantizer.get_symmetric_quantization_config,
+        "int16": arm_quantizer.get_symmetric_a16w8_quantization_config,
+    }
+    if activations not in configs:
+        raise ValueError(f"activations must be one of {sorted(configs)}, got {activations!r}")
     graph_module = _module_of(torch.export.export(module, example_inputs))
     quantizer = (quantizer_factory or create_quantizer)(compile_spec)
-    quantizer.set_global(get_symmetric_quantization_config(is_per_channel=True))
+    quantizer.set_global(configs[activations](is_per_channel=True))
     prepared = prepare_pt2e(graph_module, quantizer)
     for sample in calibration_inputs or [example_inputs]:
         prepared(*sample)
@@ -169,6 +187,28 @@ def _io_mapping(graph, user_inputs: list):
     return input_map, output_map, input_quant, output_quant
 
 
+DECOMPOSITIONS = ("ours", "executorch")
+
+
+def _factories(decomposition: str, target: str, quantizer_factory, partitioner_factory):
+    """(quantizer factory, partitioner factory) for `decomposition`, explicit ones kept."""
+    if decomposition == "executorch":
+        from executorch.backends.arm.util._factory import create_partitioner, create_quantizer
+
+        return quantizer_factory or create_quantizer, partitioner_factory or create_partitioner
+    if decomposition != "ours":
+        raise ValueError(
+            f"unknown decomposition {decomposition!r}; expected one of {DECOMPOSITIONS}"
+        )
+    from . import arm_hooks
+
+    emission = arm_hooks.emission_options(target)
+    return (
+        quantizer_factory or (lambda spec: arm_hooks.create_quantizer(spec, emission)),
+        partitioner_factory or (lambda spec: arm_hooks.create_partitioner(spec, emission=emission)),
+    )
+
+
 def lower(
     module: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],
@@ -181,6 +221,8 @@ def lower(
     run_vela: bool = True,
     quantizer_factory=None,
     partitioner_factory=None,
+    decomposition: str = "ours",
+    activations: str = "int8",
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
@@ -188,10 +230,15 @@ def lower(
     Vela is re-run on the dumped TOSA with `--verbose-performance` (same accelerator, system
     config and memory mode as the compile spec) when `run_vela`. `quantizer_factory` and
     `partitioner_factory` (called with the compile spec) replace ExecuTorch's defaults, which is
-    where our own decomposition plugs in (backends.executorch_arm.arm_hooks).
+    where our own decomposition plugs in; `decomposition` ("ours" or "executorch") picks the
+    defaults for the factories not given. `activations="int16"` quantizes activations to
+    int16 (weights stay int8; Ethos-U85 and TOSA INT targets).
     """
-    from executorch.backends.arm.util._factory import create_partitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    quantizer_factory, partitioner_factory = _factories(
+        decomposition, target, quantizer_factory, partitioner_factory
+    )
 
     example_inputs = tuple(example_inputs)
     is_ethos = target.startswith("ethos-u")
@@ -212,7 +259,7 @@ def lower(
     t0 = time.perf_counter()
     if quantized:
         quantized_module = quantize(
-            module, example_inputs, spec, calibration_inputs, quantizer_factory
+            module, example_inputs, spec, calibration_inputs, quantizer_factory, activations
         )
         times["quantize"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -224,7 +271,7 @@ def lower(
     t0 = time.perf_counter()
     edge = to_edge_transform_and_lower(
         exported,
-        partitioner=[(partitioner_factory or create_partitioner)(spec)],
+        partitioner=[partitioner_factory(spec)],
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
     times["lower"] = time.perf_counter() - t0

@@ -20,6 +20,17 @@ share one constant.
 
 Scalar constants stay Python numbers where ATen takes a Scalar operand
 (`add(x, 0.5)`), so no 0-d tensors reach the backend.
+
+Timesteps are rows: `unstack` takes step t of the hoisted projection [T, B, X] as rows
+t*B:(t+1)*B of its 2-D view [T*B, X], and `stack` concatenates the [B, H] step outputs as
+rows and views them back, so a step's values stay 2-D with no per-step reshape.
+
+`Emission` holds the choices that depend on the target (arm_hooks.emission_options sets them):
+`recurrent_product="linear"` writes x W^T as aten.linear (a per-step CONV2D on Ethos-U: the
+right form on U55, where R streams from flash either way); "matmul" writes a one-row x (the
+recurrent product h R^T at batch 1) as aten.mm(W, x^T), W on the left, where x^T and the
+result's transpose back are views (a MATMUL on U85, which runs it at about 20 MACs/cycle
+against a per-step CONV's 12; on U55 the MATMUL form is 2.3x slower).
 """
 
 from __future__ import annotations
@@ -51,6 +62,22 @@ PROVENANCE_KEYS = (
     "fwd_nn_module_stack",
     DISALLOW_TFA_META_KEY,  # the Arm quantizer's "leave this node in float" mark
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Emission:
+    """How FxBuilder writes what the core asks for (see the module docstring)."""
+
+    recurrent_product: str = "linear"  # "linear" | "matmul"
+
+    def __post_init__(self):
+        if self.recurrent_product not in ("linear", "matmul"):
+            raise ValueError(
+                f"recurrent_product must be 'linear' or 'matmul', got {self.recurrent_product!r}"
+            )
+
+
+PLAIN = Emission()  # aten.linear everywhere
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,8 +217,10 @@ class FxBuilder(Builder):
         constants: ConstantSink,
         meta_from: Optional[Node] = None,
         dtype: torch.dtype = torch.float32,
+        emission: Emission = PLAIN,
     ):
         self.graph, self.sink, self.torch_dtype = graph, constants, dtype
+        self.emission = emission
         # numpy float dtype the core folds constants in (read by passes.sequence)
         self.dtype = np.float64 if dtype == torch.float64 else np.float32
         self.fake_mode = constants.fake_mode
@@ -243,8 +272,31 @@ class FxBuilder(Builder):
                     name or "linear", what, "runtime weights are not supported in torch programs"
                 )
         w = self._weight(weight, name or "weight")
+        x = self._node(x)
+        if self.emission.recurrent_product == "matmul" and self._one_row(x):
+            return self._matmul_left(x, w, bias)
         b = None if bias is None else self._weight(bias, f"{name}_b" if name else "bias")
-        return self.call(aten.linear.default, self._node(x), w, b)
+        return self.call(aten.linear.default, x, w, b)
+
+    @staticmethod
+    def _shape(n: Node) -> tuple:
+        return tuple(n.meta["val"].shape)
+
+    def _view(self, n: Node, shape) -> Node:
+        return self.call(aten.view.default, n, [int(d) for d in shape])
+
+    def _one_row(self, x: Node) -> bool:
+        return all(isinstance(d, int) and d == 1 for d in self._shape(x)[:-1])
+
+    def _matmul_left(self, x: Node, w: Node, bias):
+        """x W^T for a one-row x as (W x^T)^T = mm(W [out, in], x^T [in, 1]); with one row,
+        x^T and the transpose back are views."""
+        shape = self._shape(x)
+        y = self.call(aten.mm.default, w, self._view(x, [shape[-1], 1]))
+        y = self._view(y, [*shape[:-1], self._shape(w)[0]])
+        if bias is not None:
+            y = self.call(aten.add.Tensor, y, self.constant(np.asarray(bias), "bias"))
+        return y
 
     def matmul(self, a, b):
         return self.call(aten.matmul.default, self._node(a), self._node(b))
@@ -305,6 +357,25 @@ class FxBuilder(Builder):
 
     def transpose(self, x, perm):
         return self.call(aten.permute.default, self._node(x), list(perm))
+
+    def unstack(self, x, axis, n):
+        """Steps of a static [T, B, X] along axis 0 as row slices of its [T*B, X] view."""
+        x = self._node(x)
+        shape = self._shape(x)
+        if axis != 0 or len(shape) != 3 or not all(isinstance(d, int) for d in shape):
+            return super().unstack(x, axis, n)
+        flat = self._view(x, [shape[0] * shape[1], shape[2]])
+        rows = shape[1]
+        return [self.call(aten.slice.Tensor, flat, 0, t * rows, (t + 1) * rows) for t in range(n)]
+
+    def stack(self, xs, axis):
+        """[B, X] steps into [T, B, X] along axis 0: one concat of rows and a view."""
+        xs = [self._node(x) for x in xs]
+        shapes = {self._shape(x) for x in xs}
+        if axis != 0 or len(shapes) != 1 or len(next(iter(shapes))) != 2 or len(xs) == 1:
+            return super().stack(xs, axis)
+        ((rows, width),) = shapes
+        return self._view(self.call(aten.cat.default, xs, 0), [len(xs), rows, width])
 
     # --- selection --------------------------------------------------------------------------
     def less(self, a, b):

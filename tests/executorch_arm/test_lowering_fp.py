@@ -18,7 +18,13 @@ def test_tiny_gru_fp_ours_vs_executorch(tmp_path):
     assert numerics.max_abs_err <= 1e-5
     assert flow.check_numerics(ours, module, (inputs[0] * -0.5,)).max_abs_err <= 1e-5
 
-    theirs = flow.lower(module, inputs, "TOSA-1.0+FP", artifact_dir=tmp_path / "executorch")
+    theirs = flow.lower(
+        module,
+        inputs,
+        "TOSA-1.0+FP",
+        artifact_dir=tmp_path / "executorch",
+        decomposition="executorch",
+    )
     assert theirs.num_delegates == 1 and theirs.cpu_nodes == 0
     print(
         f"tiny_gru FP edge nodes: ours {ours.edge_nodes}, ExecuTorch {theirs.edge_nodes}; "
