@@ -4,8 +4,8 @@ This is the bridge of the ONNX -> Ethos-U route (docs/onnx_to_ethos_u.md): `rewr
 (strategy "unrolled") leaves only elementary ops, onnx2torch turns them into a
 torch.fx.GraphModule, and ExecuTorch's Arm flow takes it from there.
 
-onnx2torch is used as installed (1.5.15, without torchvision) and is not patched. Three
-things are added here, each because the raw conversion cannot be exported or lowered:
+onnx2torch is used as installed (1.5.15, without torchvision) and is not patched. What
+is added here, each because the raw conversion cannot be exported or lowers badly:
 
 - Its Slice, Split(13), Squeeze/Unsqueeze(13) and Reshape modules take their indices as
   tensors and read them with `.numpy()`/`.tolist()` in `forward`, which torch.export
@@ -445,7 +445,7 @@ def onnx_to_torch(model: onnx.ModelProto) -> torch.fx.GraphModule:
             replaced[kind] = replaced.get(kind, 0) + count
     _prune(gm)
     _propagate_shapes(gm, model)
-    replaced["OnnxMatMul"] = _matmul_to_linear(gm)
+    replaced["MatMul/Gemm -> Linear"] = _matmul_to_linear(gm)
     _prune(gm)
     replaced["folded constants"] = folded
     gm.replaced_modules = replaced  # {onnx2torch class: count}, for tests and reports
