@@ -5,7 +5,7 @@ Batch 1, fp32, T=100, one thread, median over many runs. Writes a Markdown table
 which says where the remaining gap to the native kernel goes.
 
   PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.onnx_bench \
-      --out docs/onnx_benchmark.md --profile
+      --out docs/onnx_benchmark.md --profile --repeat 3
 """
 
 from __future__ import annotations
@@ -232,11 +232,83 @@ def op_costs(hidden: int = 256, chain: int = 400) -> dict:
     return result
 
 
+def step_breakdown(op: str = "GRU", inp: int = 256, hidden: int = 256, runs: int = 200) -> dict:
+    """us of thread CPU per timestep: native, rewritten, and the parts of the rewritten
+    step measured alone (hoisted projection; the recurrent products as a chain of Gemms,
+    one for all gates or one per activation group). What is left of the rewritten step
+    is the per-node cost of its elementwise gate math."""
+    rng = np.random.default_rng(0)
+    g, steps = GATES[op], STEPS
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.uniform(-0.05, 0.05, shape).astype(np.float32), name)
+
+    def single(nodes, x_shape, out, out_shape, inits):
+        graph = helper.make_graph(
+            nodes,
+            "part",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, out_shape)],
+            inits,
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+    def products(widths):
+        """h' = first H columns of Gemm(h, R_0, C=x_t) (times the other products)."""
+        nodes = [
+            helper.make_node(
+                "Split", ["X"], [f"x{t}" for t in range(steps)], axis=0, num_outputs=steps
+            )
+        ]
+        inits = [
+            weight("h0", 1, hidden),
+            numpy_helper.from_array(np.array([hidden, widths[0] - hidden], np.int64), "sp"),
+        ]
+        inits += [weight(f"R{k}", hidden, w) for k, w in enumerate(widths)]
+        h = "h0"
+        for t in range(steps):
+            prev = h
+            nodes.append(helper.make_node("Gemm", [prev, "R0", f"x{t}"], [f"a{t}"]))
+            nodes.append(helper.make_node("Split", [f"a{t}", "sp"], [f"s{t}", f"r{t}"], axis=1))
+            h = f"s{t}"
+            for k in range(1, len(widths)):
+                nodes.append(helper.make_node("Gemm", [prev, f"R{k}"], [f"b{t}_{k}"]))
+                nodes.append(helper.make_node("Mul", [h, f"b{t}_{k}"], [f"m{t}_{k}"]))
+                h = f"m{t}_{k}"
+        m = single(nodes, [steps, widths[0]], h, [1, hidden], inits)
+        return m, {"X": rng.uniform(-1, 1, (steps, widths[0])).astype(np.float32)}
+
+    x = {"X": rng.uniform(-1, 1, (steps, 1, inp)).astype(np.float32)}
+    native = model(op, inp, hidden, 1 if op == "GRU" else 0)
+    projection = single(
+        [helper.make_node("MatMul", ["X", "W"], ["p"]), helper.make_node("Add", ["p", "b"], ["y"])],
+        [steps, 1, inp],
+        "y",
+        [steps, 1, g * hidden],
+        [weight("W", inp, g * hidden), weight("b", 1, 1, g * hidden)],
+    )
+    groups = [2 * hidden, hidden] if op == "GRU" else [3 * hidden, hidden]
+    parts = {
+        f"native {op}": (native, x),
+        f"rewritten {op} (unrolled)": (rewrite_model(native, strategy="unrolled"), x),
+        "hoisted projection alone": (projection, x),
+        f"recurrent product alone: Gemm [1,{hidden}]x[{hidden},{g * hidden}] + Split": products(
+            [g * hidden]
+        ),
+        "recurrent products alone: one Gemm per activation group "
+        f"({' + '.join(str(w) for w in groups)} columns) + Split + Mul": products(groups),
+    }
+    return {k: latencies_ms({k: m}, f, runs)[k][0] * 1e3 / steps for k, (m, f) in parts.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="", help="Markdown file to write")
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--profile", action="store_true", help="add per-op cost per step")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="measure N times; report median and spread"
+    )
     args = parser.parse_args(argv)
 
     rows, profiles = [], []
@@ -255,15 +327,21 @@ def main(argv=None) -> int:
         for name, m in variants.items():
             for g, w in zip(_session(m).run(None, feeds), want):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{label} {name}")
-        ms = latencies_ms(variants, feeds, args.runs)
+        repeats = [latencies_ms(variants, feeds, args.runs) for _ in range(args.repeat)]
+        ms = {
+            k: (statistics.median(r[k][0] for r in repeats), min(r[k][1] for r in repeats))
+            for k in variants
+        }
+        spread = {k: [r[k][0] / r["native"][0] for r in repeats] for k in variants if k != "native"}
         emitted = collections.Counter(n.op_type for n in variants["unrolled"].graph.node)
         ran = optimized_nodes(variants["unrolled"])
-        rows.append((label, ms, emitted, ran))
+        rows.append((label, ms, spread, emitted, ran))
         print(
             f"{label}: "
             + ", ".join(f"{k} {c:.3f}/{w:.3f}" for k, (c, w) in ms.items())
             + " ms (cpu median/wall min), unrolled/native "
-            + f"{ms['unrolled'][0] / ms['native'][0]:.2f}x"
+            + f"{statistics.median(spread['unrolled']):.2f}x"
+            + f" ({min(spread['unrolled']):.2f}-{max(spread['unrolled']):.2f})"
             + f", {sum(emitted.values())} nodes emitted, {sum(ran.values())} after ORT",
             flush=True,
         )
@@ -283,26 +361,31 @@ def main(argv=None) -> int:
         "",
         "```",
         "cd /work/main && PYTHONPATH=/tmp/rlpath .venv/bin/python -m "
-        "recurrent_lowering.tools.onnx_bench --out docs/onnx_benchmark.md --profile",
+        "recurrent_lowering.tools.onnx_bench --out docs/onnx_benchmark.md --profile "
+        f"--repeat {args.repeat}",
         "```",
         "",
-        "Variants: `unrolled` (one set of ops per step; `linear` as Gemm where its input is",
-        "rank 2, else MatMul+Add), `unrolled_mm` (MatMul+Add always), `scan` (ONNX Scan;",
-        "the step body carries rank-2 states, so `linear` is Gemm), `scan_mm` (MatMul+Add).",
+        "Variants: `unrolled` (one set of ops per step; steps are rank 2, so each product is",
+        "one Gemm with its bias or x_t as C), `unrolled_mm` (MatMul+Add always), `scan`",
+        "(ONNX Scan, same step body), `scan_mm` (MatMul+Add).",
         "Each cell: median thread CPU time / best wall time, in ms; ratios to native use CPU",
         "time (with one intra-op thread every kernel runs on the calling thread, so CPU time",
         "leaves out time spent preempted on a shared machine). "
+        f"{args.repeat} measurement(s) per variant: times are the median of the repeats'",
+        "medians; ratios are the median ratio with (min-max over repeats). "
         f"Load average while measuring: {load:.1f} on {os.cpu_count()} cores.",
         "",
         "| config | native | unrolled | ratio | unrolled_mm | ratio | scan | ratio | scan_mm "
         "| ratio | nodes/step emitted | after ORT fusions |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, ms, emitted, ran in rows:
-        nat = ms["native"][0]
+    for label, ms, spread, emitted, ran in rows:
         cells = [f"{ms['native'][0]:.3f} / {ms['native'][1]:.3f}"]
         for k in ("unrolled", "unrolled_mm", "scan", "scan_mm"):
-            cells += [f"{ms[k][0]:.3f} / {ms[k][1]:.3f}", f"{ms[k][0] / nat:.2f}x"]
+            ratio = f"{statistics.median(spread[k]):.2f}x"
+            if len(spread[k]) > 1:
+                ratio += f" ({min(spread[k]):.2f}-{max(spread[k]):.2f})"
+            cells += [f"{ms[k][0]:.3f} / {ms[k][1]:.3f}", ratio]
         lines.append(
             f"| {label} | "
             + " | ".join(cells)
@@ -313,7 +396,7 @@ def main(argv=None) -> int:
         "Ops per step of the unrolled graphs (emitted -> after onnxruntime's fusions):",
         "",
     ]
-    for label, _, emitted, ran in rows:
+    for label, _, _, emitted, ran in rows:
         ops = sorted(set(emitted) | set(ran), key=lambda k: -(emitted[k] + ran[k]))
         lines.append(
             f"- {label}: "
@@ -331,6 +414,20 @@ def main(argv=None) -> int:
             "|---|---|",
         ]
         lines += [f"| {k} | {v:.2f} |" for k, v in op_costs().items()]
+    if args.profile:
+        for op in ("GRU", "LSTM"):
+            parts = step_breakdown(op)
+            lines += [
+                "",
+                f"### Where a step's time goes, {op} I256/H256 (thread CPU, us per timestep)",
+                "",
+                "Each part measured alone as a chain of T=100 steps; the native op's step",
+                "includes its share of its own input projection.",
+                "",
+                "| part | us per step |",
+                "|---|---|",
+            ]
+            lines += [f"| {k} | {v:.1f} |" for k, v in parts.items()]
     for label, prof in profiles:
         lines += [
             "",
