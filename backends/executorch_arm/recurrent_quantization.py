@@ -7,16 +7,12 @@ parameters, every frame requantizes the state (round to another grid) and the er
 same quantization as its h0 (`SharedQuantizationSpec`: one observer sees both during
 calibration), so dequantize(h_n) fed back quantizes to exactly the same integers.
 
-It also
-  - leaves recurrent layers in float (`keep_recurrent_on_cpu`): they run on the CPU in fp32,
-    and only the delegated rest is quantized;
-  - switches activations to 16 bit (`activations="int16"`, ExecuTorch's
-    `get_symmetric_a16w8_quantization_config`: int16 activations, int8 weights), for targets
-    whose TOSA profile has the int16 extension (TOSA-1.0+INT+int16, Ethos-U85).
+With `keep_recurrent_on_cpu` it instead leaves recurrent layers in float: they run on the CPU
+in fp32 (no state quantization at all), and only the delegated rest is quantized.
 
-Use through `quantizer_factory(...)`, which `flow.lower(quantizer_factory=...)` accepts. The
-flow calls `set_global` with its int8 config; with `activations="int16"` this wrapper sets the
-a16w8 config instead (same per-channel weights, 16-bit activations).
+Use through `quantizer_factory(...)`, which `flow.lower(quantizer_factory=...)` accepts; the
+activation precision is the flow's (`flow.lower(activations="int16")` sets ExecuTorch's a16w8
+config through `set_global`, which this wrapper passes on unchanged).
 """
 
 from __future__ import annotations
@@ -30,7 +26,6 @@ from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpe
 
 from . import fallback
 
-ACTIVATIONS = ("int8", "int16")
 # Recurrent ops whose outputs are (y, h_n) or (y, h_n, c_n), with hx = h0 or [h0, c0].
 _STATE_OPS = (
     torch.ops.aten.gru.input,
@@ -60,16 +55,6 @@ def state_pairs(graph: torch.fx.Graph) -> list[tuple[str, int]]:
     return pairs
 
 
-def _activation_config(activations: str, config):
-    if activations == "int8":
-        return config
-    if activations == "int16":
-        from executorch.backends.arm.quantizer import get_symmetric_a16w8_quantization_config
-
-        return get_symmetric_a16w8_quantization_config(is_per_channel=True)
-    raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
-
-
 class RecurrentStateQuantizer(Quantizer):
     """Wraps an Arm quantizer: float recurrent layers on request, h_n shares h0's qparams."""
 
@@ -77,15 +62,11 @@ class RecurrentStateQuantizer(Quantizer):
         self,
         base: Quantizer,
         keep_recurrent_on_cpu: bool = False,
-        activations: str = "int8",
         share_state: bool = True,
     ):
         super().__init__()
-        if activations not in ACTIVATIONS:
-            raise ValueError(f"activations must be one of {ACTIVATIONS}, got {activations!r}")
         self.base = base
         self.keep_recurrent_on_cpu = keep_recurrent_on_cpu
-        self.activations = activations
         self.share_state = share_state
         self.pairs: list[tuple[str, int]] = []  # found by transform_for_annotation
         self.shared: list[tuple[str, str]] = []  # (h0, h_n producer) annotated as shared
@@ -94,11 +75,11 @@ class RecurrentStateQuantizer(Quantizer):
                 base.set_module_type(module_type, None)
 
     def set_global(self, quantization_config):
-        self.base.set_global(_activation_config(self.activations, quantization_config))
+        self.base.set_global(quantization_config)
         return self
 
     def set_io(self, quantization_config):
-        self.base.set_io(_activation_config(self.activations, quantization_config))
+        self.base.set_io(quantization_config)
         return self
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
@@ -173,7 +154,6 @@ def _share_state(graph: torch.fx.Graph, pairs: list[tuple[str, int]]) -> list[tu
 def quantizer_factory(
     base_factory: Optional[Callable] = None,
     keep_recurrent_on_cpu: bool = False,
-    activations: str = "int8",
     share_state: bool = True,
 ) -> Callable:
     """A `quantizer_factory(compile_spec)` for flow.lower; `base_factory` defaults to
@@ -183,7 +163,7 @@ def quantizer_factory(
 
     def create(compile_spec) -> RecurrentStateQuantizer:
         return RecurrentStateQuantizer(
-            base_factory(compile_spec), keep_recurrent_on_cpu, activations, share_state
+            base_factory(compile_spec), keep_recurrent_on_cpu, share_state
         )
 
     return create

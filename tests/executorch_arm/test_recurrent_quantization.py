@@ -73,8 +73,9 @@ def test_stream_gru_int16_closed_loop_above_30db(tmp_path):
         "TOSA-1.0+INT+int16",
         artifact_dir=tmp_path,
         calibration_inputs=calibration,
-        quantizer_factory=rq.quantizer_factory(activations="int16"),
+        quantizer_factory=rq.quantizer_factory(),
         partitioner_factory=arm_hooks.create_partitioner,
+        activations="int16",
     )
     assert result.num_delegates == 1 and result.cpu_nodes == 4  # q x, q h0, dq score, dq h_n
     state_in = result.input_quant[result.input_map.index(1)]
