@@ -111,6 +111,59 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
     )
 
 
+def _flow_target(options, target: str) -> str:
+    """The flow's target: --quantization int16 needs the TOSA int16 extension, which every
+    Ethos-U compile spec has and TOSA-1.0+INT gets as TOSA-1.0+INT+int16."""
+    if options.quantization != "int16":
+        return target
+    if target == "TOSA-1.0+FP":
+        raise LoweringError("--quantization int16 applies to INT targets, not TOSA-1.0+FP")
+    return "TOSA-1.0+INT+int16" if target == "TOSA-1.0+INT" else target
+
+
+def _arm_factories(options, target: str):
+    """(quantizer factory, partitioner factory, partitioners created) for flow.lower: our
+    decomposition with the target's emission; the hidden state output shares the state
+    input's quantization, or with --keep_recurrent_on_cpu recurrent layers stay in float and
+    the partitioner leaves them on the CPU."""
+    from recurrent_lowering.backends.executorch_arm import arm_hooks
+    from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
+
+    emission = arm_hooks.emission_options(target)
+    keep = options.keep_recurrent_on_cpu
+    partitioners = []
+
+    def partitioner_factory(spec):
+        partitioners.append(
+            arm_hooks.create_partitioner(spec, keep_recurrent_on_cpu=keep, emission=emission)
+        )
+        return partitioners[-1]
+
+    quantizer_factory = rq.quantizer_factory(
+        lambda spec: arm_hooks.create_quantizer(spec, emission),
+        keep_recurrent_on_cpu=keep,
+    )
+    return quantizer_factory, partitioner_factory, partitioners
+
+
+def _report_cpu_reasons(options, partitioners, result, report: dict[str, Any]) -> None:
+    """ops.cpu_reasons from the partitioner's view of the nodes it left on the CPU."""
+    from recurrent_lowering.backends.executorch_arm import fallback
+
+    reasons = report["ops"]["cpu_reasons"]
+    for partitioner in partitioners:
+        for reason, count in (partitioner.cpu_reasons or {}).items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    unexplained = result.cpu_nodes - sum(reasons.values())
+    if unexplained:
+        reasons["left on the CPU after partitioning (unclassified)"] = unexplained
+    if options.keep_recurrent_on_cpu and not reasons.get(fallback.KEPT_ON_CPU):
+        report["warnings"].append(
+            "--keep_recurrent_on_cpu: no node of an nn.GRU/LSTM/RNN module found in the program "
+            "(recurrent layers are recognised by their torch module)"
+        )
+
+
 def lower(source, options, staging, output, report, progress) -> None:
     from recurrent_lowering.backends.executorch_arm import flow
 
@@ -135,12 +188,18 @@ def lower(source, options, staging, output, report, progress) -> None:
         stage = progress.stage(f"export, quantize and lower for {report['target']}")
         with stage, _stdout_to_stderr_if_interactive():
             try:
+                quantizer_factory, partitioner_factory, partitioners = _arm_factories(
+                    options, report["target"]
+                )
                 result = flow.lower(
                     module,
                     example,
-                    report["target"],
+                    _flow_target(options, report["target"]),
                     artifact_dir=work,
                     calibration_inputs=calibration,
+                    quantizer_factory=quantizer_factory,
+                    partitioner_factory=partitioner_factory,
+                    activations=options.quantization,
                 )
             except flow.FlowError as e:
                 raise LoweringError(str(e)) from e
@@ -148,8 +207,7 @@ def lower(source, options, staging, output, report, progress) -> None:
         report["time"]["stages"].update({f"flow.{k}": round(v, 3) for k, v in result.times.items()})
         report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
         report["ops"]["tosa"] = result.tosa_ops
-        if result.cpu_nodes:
-            report["ops"]["cpu_reasons"]["not supported by the partitioner"] = result.cpu_nodes
+        _report_cpu_reasons(options, partitioners, result, report)
         if options.tosa_output is not None and result.tosa_files:
             shutil.copyfile(result.tosa_files[0], staging.path_for(options.tosa_output))
         if result.vela is not None:

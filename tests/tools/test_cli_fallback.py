@@ -1,0 +1,39 @@
+"""`lower --keep_recurrent_on_cpu` and `--quantization int16`: the report counts what stays on
+the CPU and why; int16 reaches TOSA-1.0+INT through its int16 extension and is refused for FP."""
+
+from __future__ import annotations
+
+import json
+
+from recurrent_lowering.tests.tools.cli import run_lower
+
+KEPT = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
+
+
+def test_keep_recurrent_on_cpu_reports_reasons(tmp_path):
+    result = run_lower(
+        ["tiny_gru", "--target=TOSA-1.0+FP", "--keep_recurrent_on_cpu", "--report=r.json"],
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ops = json.loads((tmp_path / "r.json").read_text())["ops"]
+    assert ops["delegated"] == 2  # the head: linear and sigmoid
+    assert ops["cpu_reasons"] == {KEPT: ops["cpu"]} and ops["cpu"] > 10
+    assert f"on CPU ({ops['cpu']}): {KEPT}" in result.stdout
+
+
+def test_int16_on_tosa_int(tmp_path):
+    result = run_lower(
+        ["tiny_gru", "--target=TOSA-1.0+INT", "--quantization=int16", "--report=r.json"],
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["ops"]["cpu_reasons"] == {"q/dq at delegate boundary": 2}
+    assert report["numerics"]["sqnr_db"] > 55  # int8 gives about 45 dB on tiny_gru
+
+
+def test_int16_refused_for_fp(tmp_path):
+    result = run_lower(["tiny_gru", "--target=TOSA-1.0+FP", "--quantization=int16"], str(tmp_path))
+    assert result.returncode == 1
+    assert "--quantization int16 applies to INT targets" in result.stderr
