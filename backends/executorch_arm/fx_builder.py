@@ -371,10 +371,11 @@ class FxBuilder(Builder):
     def stack(self, xs, axis):
         """[B, X] steps into [T, B, X] along axis 0: one concat of rows and a view."""
         xs = [self._node(x) for x in xs]
-        shapes = {self._shape(x) for x in xs}
-        if axis != 0 or len(shapes) != 1 or len(next(iter(shapes))) != 2 or len(xs) == 1:
+        shapes = [tuple(self._shape(x)) for x in xs]
+        static = all(isinstance(d, int) for s in shapes for d in s)  # as unstack: no SymInts
+        if axis != 0 or len(xs) == 1 or not static or len(set(shapes)) != 1 or len(shapes[0]) != 2:
             return super().stack(xs, axis)
-        ((rows, width),) = shapes
+        rows, width = shapes[0]
         return self._view(self.call(aten.cat.default, xs, 0), [len(xs), rows, width])
 
     # --- selection --------------------------------------------------------------------------
