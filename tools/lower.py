@@ -54,8 +54,10 @@ def run(argv: list[str]) -> dict:
     )
     source = model_source.load(argv[1])
     output = model_source.resolve_path(
-        FLAGS.output or source.name + targets.extension(FLAGS.target)
+        FLAGS.output or targets.default_output_name(source.name, FLAGS.target)
     )
+    if source.path is not None and output == source.path:
+        raise LoweringError(f"{output}: the output would overwrite the input model")
     result = report.empty(FLAGS.target, argv[1])
     result["output"] = str(output)
     progress = report.Progress(result)

@@ -65,6 +65,6 @@ def test_user_pt2(tmp_path):
 def test_bundled_example(tmp_path, example):
     result = run_lower([example, "--target", "aten"], str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    lowered = torch.export.load(str(tmp_path / f"{example}.pt2"))
+    lowered = torch.export.load(str(tmp_path / f"{example}.decomposed.pt2"))
     assert _recurrent_ops(lowered) == []
     assert "SQNR" in result.stdout

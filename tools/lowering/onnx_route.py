@@ -75,8 +75,11 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             source.program, _pinned_shapes(specs, calibration_arrays, report)
         )
         with progress.stage("rewrite recurrent nodes (unrolled)"):
-            rewritten = rewrite.rewrite_model(
-                model, strategy="unrolled", activation_defaults=options.activation_defaults
+            rewritten = rewrite.rewrite_model(  # NPU weights are compiled in: constants only
+                model,
+                strategy="unrolled",
+                activation_defaults=options.activation_defaults,
+                require_constant_weights=True,
             )
         with progress.stage("convert to torch (onnx2torch)"):
             module = to_torch.onnx_to_torch(rewritten)

@@ -43,6 +43,13 @@ def extension(target: str) -> str:
     return {"aten": ".pt2", "onnx": ".onnx"}.get(target, ".pte")
 
 
+def default_output_name(model_name: str, target: str) -> str:
+    """kws.onnx -> kws.rewritten.onnx, kws.pt2 -> kws.decomposed.pt2, else kws.pte: the
+    default never names the input file itself."""
+    infix = {"aten": ".decomposed", "onnx": ".rewritten"}.get(target, "")
+    return model_name + infix + extension(target)
+
+
 Handler = Callable[[ModelSource, Options, Staging, pathlib.Path, dict, Progress], None]
 
 

@@ -1,0 +1,56 @@
+"""`lower MODEL.onnx --target onnx` on the onnx package's own GRU/LSTM/RNN node-test models:
+the written file has no recurrent node and onnxruntime gives the test's expected outputs.
+The input file is never modified, and an output naming the input is refused."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx.backend.test.case.node import collect_testcases
+
+from recurrent_lowering.tests.tools.cli import run_lower
+
+RECURRENT = {"GRU", "LSTM", "RNN"}
+CASES = [
+    c for c in collect_testcases(None) if any(n.op_type in RECURRENT for n in c.model.graph.node)
+]
+
+
+def test_cases_were_collected():
+    assert len(CASES) >= 12, [c.name for c in CASES]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_node_case_through_cli(tmp_path, case):
+    source = tmp_path / f"{case.name}.onnx"
+    onnx.save(case.model, str(source))
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+
+    result = run_lower([source.name, "--target=onnx"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert hashlib.sha256(source.read_bytes()).hexdigest() == digest, "input file modified"
+
+    rewritten = onnx.load(str(tmp_path / f"{case.name}.rewritten.onnx"))
+    assert not [n.op_type for n in rewritten.graph.node if n.op_type in RECURRENT]
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(rewritten.SerializeToString(), options)
+    names = [i.name for i in rewritten.graph.input]
+    for inputs, expected in case.data_sets:
+        outputs = session.run(None, dict(zip(names, inputs)))
+        for want, got in zip(expected, outputs):
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_output_naming_the_input_is_refused(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(CASES[0].model, str(source))
+    before = source.read_bytes()
+    result = run_lower(["m.onnx", "--target=onnx", "--output=m.onnx"], str(tmp_path))
+    assert result.returncode != 0
+    assert "would overwrite the input model" in result.stderr
+    assert source.read_bytes() == before
