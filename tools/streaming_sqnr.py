@@ -67,7 +67,7 @@ def plot(curves: dict, path: pathlib.Path, title: str) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     for label, sqnr in curves.items():
         ax.plot(np.arange(1, len(sqnr) + 1), sqnr, linewidth=0.8, label=label)
     ax.axhline(30, color="grey", linestyle="--", linewidth=0.8)
@@ -75,7 +75,7 @@ def plot(curves: dict, path: pathlib.Path, title: str) -> None:
     ax.set_ylabel("hidden state SQNR vs fp32 (dB)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
