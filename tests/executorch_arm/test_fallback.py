@@ -5,7 +5,8 @@ rejected by the partitioner, the rest delegated.
   runtime (no aten::gru kernel there) and equals torch eager to 1e-5;
 - stream_gru on Ethos-U55-128 (INT8): the GRU stays in float on the CPU, the head is one
   delegate; checked split: the CPU part's ops, run as their own CPU-only program on the host,
-  feed the delegate's .tosa on the TOSA reference model (see delegate_run.py).
+  feed the delegate's .tosa on the TOSA reference model (see delegate_run.py);
+- ops Ethos-U55 cannot run (gt, where) stay on the CPU between two delegates, with reasons.
 """
 
 import numpy as np
@@ -109,3 +110,42 @@ def test_stream_gru_u55_gru_on_cpu_head_delegated(tmp_path):
     print(f"split run: h_n max err {max(h_errors):.2e}, score errors {score_errors}")
     assert max(h_errors) <= 1e-5  # a float GRU on the CPU
     assert max(score_errors) < 0.01  # an int8 head (one LSB of its sigmoid is 1/256)
+
+
+class MaskedHead(nn.Module):
+    """GRU, then a threshold (gt + where: no SELECT/GREATER on U55), then a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(4, 8, batch_first=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(torch.where(y > 0.1, y, torch.zeros_like(y)))
+
+
+def test_ops_the_npu_cannot_run_stay_on_cpu(tmp_path):
+    torch.manual_seed(0)
+    partitioners = []
+
+    def partitioner_factory(spec):
+        partitioners.append(arm_hooks.create_partitioner(spec))
+        return partitioners[-1]
+
+    result = flow.lower(
+        MaskedHead().eval(),
+        (torch.randn(1, 3, 4),),
+        "ethos-u55-128",
+        artifact_dir=tmp_path,
+        quantizer_factory=rq.quantizer_factory(),
+        partitioner_factory=partitioner_factory,
+        run_vela=False,
+    )
+    reasons = dict(partitioners[0].cpu_reasons)
+    spec = "TOSA-1.0+INT+int16+int4+u55"
+    assert reasons.pop(f"gt.Tensor not supported on {spec}") == 1
+    assert reasons.pop(f"where.self not supported on {spec}") == 1
+    assert set(reasons) == {fallback.QDQ_AT_BOUNDARY}  # the rest is delegated
+    assert result.num_delegates == 2  # the GRU before the mask, the head after it
+    assert sum(partitioners[0].cpu_reasons.values()) == result.cpu_nodes
