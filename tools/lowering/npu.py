@@ -18,8 +18,8 @@ from .plot import plot_error_per_timestep
 @contextlib.contextmanager
 def _stdout_to_stderr_if_interactive():
     """ExecuTorch's Ethos-U backend runs Vela in-process and Vela prints its whole report
-    to stdout. Our stdout is the summary; Vela's text goes to stderr on a terminal and is
-    dropped otherwise."""
+    to stdout; the TOSA reference model prints warnings there too. Our stdout is the
+    summary: their text goes to stderr on a terminal and is dropped otherwise."""
     sys.stdout.flush()
     saved = os.dup(1)
     target = os.dup(2) if sys.stderr.isatty() else os.open(os.devnull, os.O_WRONLY)
@@ -215,7 +215,8 @@ def lower(source, options, staging, output, report, progress) -> None:
             if options.vela_summary is not None:
                 csvs = sorted(result.vela.output_dir.rglob("*summary*.csv"))
                 shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
-        with progress.stage("numerics on the TOSA reference model"):
+        numerics_stage = progress.stage("numerics on the TOSA reference model")
+        with numerics_stage, _stdout_to_stderr_if_interactive():  # the model prints warnings
             try:
                 numerics = flow.check_numerics(result, module, example)
             except flow.FlowError as e:
