@@ -4,6 +4,8 @@ It checks what a team depending on this repository relies on: `bazel test //...`
 with sandboxed actions; a second build re-runs no lowering action; changing one model
 re-runs only that model's action; a threshold set beyond what a model reaches fails.
 The workspace is copied to a temporary directory so the checked-in model stays untouched.
+This script lives in a directory of its own: Python puts a script's directory first on
+sys.path, and tests/ holds packages (tests/onnx) named like the libraries imported here.
 """
 
 from __future__ import annotations
