@@ -1,0 +1,406 @@
+"""Our Arm adapter vs ExecuTorch 1.5.1's own recurrent passes, side by side, per model and target.
+
+    PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.arm_benchmark \
+        --models=gru_a,lstm_a,rnn_tanh_a --out=docs/arm_benchmark.md --json=/tmp/arm_bench.jsonl
+
+Every (model, target, decomposition, variant) is lowered in its own subprocess (lowering
+times are not skewed by a previous lowering's garbage, and memory is returned), and its row
+is appended to --json as soon as it is measured; the Markdown is rewritten after every row
+from everything in --json, so a partial run is useful and a re-run skips measured rows
+(--nore_use to measure again). Vela cycles are deterministic; lowering seconds are wall time
+on whatever machine this runs on (the document records `uptime` load averages).
+
+Variants beyond ExecuTorch's defaults (user choices, --variants): `sram_only` (U55 with
+memory mode Sram_Only: constants in SRAM) and `int16` (int16 activations, int8 weights; U85
+and TOSA INT). `--non_recurrent` lowers a small MLP and conv net with and without our passes
+installed (they must cost nothing there).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("models", ["gru_a", "lstm_a", "rnn_tanh_a", "bigru2", "big_gru"], "models")
+flags.DEFINE_list(
+    "targets", ["ethos-u55-128", "ethos-u85-256", "TOSA-1.0+INT"], "TOSA or Ethos-U targets"
+)
+flags.DEFINE_list("decompositions", ["ours", "executorch"], "ours and/or executorch")
+flags.DEFINE_list("variants", [], "extra rows: sram_only (U55), int16 (U85, TOSA INT)")
+flags.DEFINE_bool("non_recurrent", False, "time a small MLP and conv net with/without our passes")
+flags.DEFINE_string("out", "docs/arm_benchmark.md", "Markdown output")
+flags.DEFINE_string("json", "/tmp/arm_benchmark.jsonl", "JSON lines, one row per measurement")
+flags.DEFINE_string("work_dir", "/tmp/arm_benchmark", "artifacts (TOSA, Vela output) per row")
+flags.DEFINE_bool("reuse", True, "skip rows already in --json")
+flags.DEFINE_string("one", None, "internal: measure one 'model,target,decomposition,variant'")
+flags.DEFINE_integer("repeats", 3, "non-recurrent timing repeats (median reported)")
+
+# The acceptance targets: cycles / ExecuTorch's on the same target and default config.
+CYCLE_TARGETS = {
+    "ethos-u55-128": {
+        "gru_a": 0.70,
+        "lstm_a": 0.72,
+        "rnn_tanh_a": 0.72,
+        "bigru2": 0.50,
+        "big_gru": 0.52,
+    },
+    "ethos-u85-256": {m: 0.40 for m in ("gru_a", "lstm_a", "rnn_tanh_a", "bigru2", "big_gru")},
+}
+# ANCHORS.md's floors for a better decomposition (int8 R read every step, default configs).
+ANCHORS_FLOORS = {
+    ("ethos-u55-128", "gru_a"): "~0.64",
+    ("ethos-u55-128", "big_gru"): "~0.49",
+    ("ethos-u85-256", "gru_a"): "~0.35",
+}
+# ANCHORS.md's ExecuTorch figures (cycles), to check the baseline reproduces.
+ANCHORS_ET_CYCLES = {
+    ("gru_a", "ethos-u55-128"): 1292124,
+    ("gru_a", "ethos-u85-256"): 110873,
+    ("lstm_a", "ethos-u55-128"): 1753724,
+    ("lstm_a", "ethos-u85-256"): 158289,
+    ("rnn_tanh_a", "ethos-u55-128"): 442220,
+    ("rnn_tanh_a", "ethos-u85-256"): 44309,
+    ("bigru2", "ethos-u55-128"): 15254788,
+    ("bigru2", "ethos-u85-256"): 1268830,
+    ("big_gru", "ethos-u55-128"): 41127110,
+    ("big_gru", "ethos-u85-256"): 3089977,
+}
+
+
+def _non_recurrent_models():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32), nn.Sigmoid())
+    conv = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 16, 3, padding=1, stride=2),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(16 * 8 * 8, 10),
+    )
+    return {
+        "mlp": (mlp.eval(), (torch.randn(1, 64),)),
+        "convnet": (conv.eval(), (torch.randn(1, 3, 16, 16),)),
+    }
+
+
+def measure(model: str, target: str, decomposition: str, variant: str, work: pathlib.Path):
+    """One lowering with its figures, as a JSON-able dict."""
+    from recurrent_lowering.backends.executorch_arm import flow
+    from recurrent_lowering.tools import models
+
+    if model in ("mlp", "convnet"):
+        module, inputs = _non_recurrent_models()[model]
+    else:
+        module, inputs = models.build(model)
+    kwargs = {}
+    if variant == "sram_only":
+        kwargs["memory_mode"] = "Sram_Only"
+    elif variant == "int16":
+        kwargs["activations"] = "int16"
+    elif variant != "default":
+        raise ValueError(f"unknown variant {variant!r}")
+    out = work / f"{model}_{target}_{decomposition}_{variant}"
+    t0 = time.perf_counter()
+    result = flow.lower(
+        module, inputs, target, artifact_dir=out, decomposition=decomposition, **kwargs
+    )
+    row = {
+        "model": model,
+        "target": target,
+        "decomposition": decomposition,
+        "variant": variant,
+        "times_s": {k: round(v, 2) for k, v in result.times.items()},
+        "total_s": round(time.perf_counter() - t0, 2),
+        "edge_nodes": result.edge_nodes,
+        "cpu_nodes": result.cpu_nodes,
+        "delegates": result.num_delegates,
+        "tosa_ops": result.tosa_ops,
+        "tosa_compute_ops": result.tosa_compute_ops,
+        "load": os.getloadavg()[0],
+    }
+    try:
+        numerics = flow.check_numerics(result, module, inputs)
+        row.update(max_abs_err=numerics.max_abs_err, sqnr_db=round(numerics.sqnr_db, 2))
+    except flow.FlowError as e:
+        row["numerics_error"] = str(e)
+    if result.vela is not None:
+        s = result.vela.summary
+        by_op: dict = {}
+        for op in result.vela.ops:
+            by_op[op.npu_op] = by_op.get(op.npu_op, 0) + op.cycles
+        row["vela"] = {
+            "memory_mode": s.memory_mode,
+            "cycles": s.cycles,
+            "inference_time_s": s.inference_time_s,
+            "sram_used_bytes": s.sram_used_bytes,
+            "flash_used_bytes": s.off_chip_flash_used_bytes + s.on_chip_flash_used_bytes,
+            "mac_utilisation": s.mac_utilisation,
+            "cycles_by_npu_op": by_op,
+        }
+    return row
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def _key(row: dict) -> tuple:
+    return (row["model"], row["target"], row["decomposition"], row["variant"])
+
+
+def _load(path: pathlib.Path) -> dict:
+    rows = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rows[_key(row)] = row
+    return rows
+
+
+def _run_one(key: tuple, json_path: pathlib.Path) -> dict:
+    cmd = [sys.executable, "-m", "recurrent_lowering.tools.arm_benchmark", f"--one={','.join(key)}"]
+    cmd += [f"--work_dir={FLAGS.work_dir}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        row = dict(zip(("model", "target", "decomposition", "variant"), key))
+        row["error"] = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+        row["total_s"] = round(time.perf_counter() - t0, 2)
+    else:
+        row = json.loads(lines[-1])
+    with json_path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
+
+
+def _plan() -> list[tuple]:
+    keys = []
+    for model in FLAGS.models:
+        for target in FLAGS.targets:
+            for dec in FLAGS.decompositions:
+                keys.append((model, target, dec, "default"))
+        for variant in FLAGS.variants:
+            targets = {"sram_only": ["ethos-u55-128"], "int16": ["ethos-u85-256"]}[variant]
+            for target in targets:
+                for dec in FLAGS.decompositions:
+                    keys.append((model, target, dec, variant))
+    if FLAGS.non_recurrent:
+        for model in ("mlp", "convnet"):
+            for _ in range(FLAGS.repeats):
+                for dec in ("ours", "executorch"):
+                    keys.append((model, "ethos-u55-128", dec, "default"))
+    return keys
+
+
+# --- the document -----------------------------------------------------------------------------
+
+
+def _fmt_int(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _cycles(row):
+    return (row or {}).get("vela", {}).get("cycles")
+
+
+def _lower_s(row):
+    if not row or "times_s" not in row:
+        return None
+    t = row["times_s"]
+    return t.get("quantize", 0) + t.get("export", 0) + t.get("lower", 0)
+
+
+def render(rows: dict, command: str, loads: list) -> str:
+    models = list(dict.fromkeys(k[0] for k in rows if k[0] not in ("mlp", "convnet")))
+    targets = list(dict.fromkeys(k[1] for k in rows))
+    out = [
+        "# Our Arm adapter vs ExecuTorch 1.5.1's recurrent passes",
+        "",
+        "Generated by `tools/arm_benchmark.py`; edit the prose there or below the tables by hand",
+        "only after re-running. Command:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        '- *ours*: `flow.lower(..., decomposition="ours")` (the default; what `//tools:lower` '
+        "uses): recurrent_lowering's passes in ExecuTorch's slots, emission chosen per target "
+        "(`arm_hooks.emission_options`). *ET*: ExecuTorch 1.5.1's own DecomposeGru/Lstm/RnnPass.",
+        "- Cycles: Vela 5.1.0 estimates, ExecuTorch's default system config and memory mode per "
+        "target (U55: Ethos_U55_High_End_Embedded, Shared_Sram; U85: Ethos_U85_SYS_DRAM_Mid, "
+        "Sram_Only). Deterministic.",
+        "- Target: the acceptance ratio (ours/ET). Floor: ANCHORS.md's estimate of what a "
+        "better decomposition reaches with int8 R read every step.",
+        "- Lowering s: quantize + export + `to_edge_transform_and_lower` wall seconds (Vela and "
+        "to_executorch excluded). Noisy: a 2-core machine shared by other workers; 1-minute "
+        f"load averages at the measurements: {_fmt(min(loads) if loads else None)} to "
+        f"{_fmt(max(loads) if loads else None)}.",
+        "- SQNR: INT8 TOSA (the row's target's dumped .tosa) on the TOSA reference model vs fp32 "
+        "torch eager, same input as the calibration.",
+        "",
+        "| model | target | ET cycles | ours cycles | ours/ET | target | floor | "
+        "lowering s ours / ET | edge nodes ours / ET | TOSA ops ours / ET | SQNR dB ours / ET |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model in models:
+        for target in targets:
+            ours = rows.get((model, target, "ours", "default"))
+            et = rows.get((model, target, "executorch", "default"))
+            if ours is None and et is None:
+                continue
+            c_o, c_e = _cycles(ours), _cycles(et)
+            ratio = f"**{c_o / c_e:.3f}**" if c_o and c_e else "-"
+            goal = CYCLE_TARGETS.get(target, {}).get(model)
+            err = [r.get("error") for r in (ours, et) if r and r.get("error")]
+            out.append(
+                f"| {model} | {target} | {_fmt_int(c_e)} | {_fmt_int(c_o)} | {ratio} | "
+                f"{'<= ' + format(goal, '.2f') if goal else '-'} | "
+                f"{ANCHORS_FLOORS.get((target, model), '-')} | "
+                f"{_fmt(_lower_s(ours))} / {_fmt(_lower_s(et))} | "
+                f"{(ours or {}).get('edge_nodes', '-')} / {(et or {}).get('edge_nodes', '-')} | "
+                f"{(ours or {}).get('tosa_ops', '-')} / {(et or {}).get('tosa_ops', '-')} | "
+                f"{_fmt((ours or {}).get('sqnr_db'))} / {_fmt((et or {}).get('sqnr_db'))} |"
+                + (f" error: {err}" if err else "")
+            )
+    check = [
+        (m, t, _cycles(rows.get((m, t, "executorch", "default"))), c)
+        for (m, t), c in ANCHORS_ET_CYCLES.items()
+        if rows.get((m, t, "executorch", "default"))
+    ]
+    if check:
+        same = all(a == b for _, _, a, b in check)
+        out += [
+            "",
+            f"ExecuTorch baseline vs ANCHORS.md's cycles: {len(check)} rows, "
+            + ("all identical." if same else f"differences: {[c for c in check if c[2] != c[3]]}"),
+        ]
+    variants = [k for k in rows if k[3] != "default"]
+    if variants:
+        out += [
+            "",
+            "## User choices beyond the defaults",
+            "",
+            "| model | target | variant | decomposition | cycles | vs ET default | SRAM used | "
+            "flash used | SQNR dB |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for key in sorted(variants):
+            row = rows[key]
+            base = _cycles(rows.get((key[0], key[1], "executorch", "default")))
+            c = _cycles(row)
+            vela = row.get("vela", {})
+            out.append(
+                f"| {key[0]} | {key[1]} | {key[3]} | {key[2]} | {_fmt_int(c)} | "
+                f"{_fmt(c / base if c and base else None, '.3f')} | "
+                f"{_fmt_int(vela.get('sram_used_bytes'))} B | "
+                f"{_fmt_int(vela.get('flash_used_bytes'))} B | {_fmt(row.get('sqnr_db'))} |"
+                + (f" error: {row['error']}" if row.get("error") else "")
+            )
+    nonrec = [k for k in rows if k[0] in ("mlp", "convnet")]
+    if nonrec:
+        out += ["", "## Models without recurrent layers: our passes installed vs not", ""]
+        out += ["| model | lower s, ours (median) | lower s, ET (median) | difference |"]
+        out += ["|---|---|---|---|"]
+        for model in ("mlp", "convnet"):
+            t = {
+                dec: [
+                    r["times_s"]["lower"]
+                    for r in _all_rows.get((model, "ethos-u55-128", dec, "default"), [])
+                    if "times_s" in r
+                ]
+                for dec in ("ours", "executorch")
+            }
+            if t["ours"] and t["executorch"]:
+                a, b = statistics.median(t["ours"]), statistics.median(t["executorch"])
+                out.append(
+                    f"| {model} | {a:.2f} (n={len(t['ours'])}) | {b:.2f} "
+                    f"(n={len(t['executorch'])}) | {a - b:+.2f} s |"
+                )
+    out.append("")
+    return "\n".join(out)
+
+
+_all_rows: dict = {}  # key -> every row measured for it (the non-recurrent repeats)
+
+
+def _write(path: pathlib.Path, json_path: pathlib.Path, command: str) -> None:
+    rows, loads = {}, []
+    _all_rows.clear()
+    for line in json_path.read_text().splitlines() if json_path.exists() else []:
+        if line.strip():
+            row = json.loads(line)
+            rows[_key(row)] = row
+            _all_rows.setdefault(_key(row), []).append(row)
+            if "load" in row:
+                loads.append(row["load"])
+    text = render(rows, command, loads)
+    marker = "<!-- measured results end -->"
+    if path.exists() and marker in path.read_text():  # keep hand-written analysis below
+        text += "\n" + marker + path.read_text().split(marker, 1)[1]
+    path.write_text(text)
+
+
+def main(argv) -> None:
+    del argv
+    work = pathlib.Path(FLAGS.work_dir)
+    if FLAGS.one:
+        model, target, dec, variant = FLAGS.one.split(",")
+        print(json.dumps(measure(model, target, dec, variant, work)), flush=True)
+        return
+    json_path = pathlib.Path(FLAGS.json)
+    out = pathlib.Path(FLAGS.out)
+    command = " ".join(
+        ["PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.arm_benchmark"]
+        + sys.argv[1:]
+    )
+    done = _load(json_path) if FLAGS.reuse else {}
+    planned = _plan()
+    repeats: dict = {}
+    for key in planned:
+        repeats[key] = repeats.get(key, 0) + 1
+        have = len([1 for r in _load_all(json_path) if _key(r) == key]) if FLAGS.reuse else 0
+        if key in done and repeats[key] <= have:
+            continue
+        stamp = datetime.datetime.now().strftime("%H:%M:%S")
+        print(f"[{stamp}] {' '.join(key)} (load {os.getloadavg()[0]:.1f})", flush=True)
+        row = _run_one(key, json_path)
+        cycles = _cycles(row)
+        print(
+            f"    cycles {cycles}, lower {_lower_s(row)} s, SQNR {row.get('sqnr_db')}"
+            + (f", error {row['error']}" if row.get("error") else ""),
+            flush=True,
+        )
+        _write(out, json_path, command)
+    _write(out, json_path, command)
+
+
+def _load_all(path: pathlib.Path) -> list:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def entry() -> None:
+    app.run(main)
+
+
+if __name__ == "__main__":
+    entry()
