@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import sys
@@ -15,19 +16,25 @@ from .errors import LoweringError
 from .plot import plot_error_per_timestep
 
 
+def _flush_stdout() -> None:
+    sys.stdout.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
 @contextlib.contextmanager
 def _stdout_to_stderr_if_interactive():
     """ExecuTorch's Ethos-U backend runs Vela in-process and Vela prints its whole report
     to stdout; the TOSA reference model prints warnings there too. Our stdout is the
-    summary: their text goes to stderr on a terminal and is dropped otherwise."""
-    sys.stdout.flush()
+    summary: their text goes to stderr on a terminal and is dropped otherwise. The C++
+    parts write through libc's buffer, which is flushed at both edges."""
+    _flush_stdout()
     saved = os.dup(1)
     target = os.dup(2) if sys.stderr.isatty() else os.open(os.devnull, os.O_WRONLY)
     os.dup2(target, 1)
     try:
         yield
     finally:
-        sys.stdout.flush()
+        _flush_stdout()
         os.dup2(saved, 1)
         os.close(saved)
         os.close(target)
@@ -165,6 +172,11 @@ def _report_cpu_reasons(options, partitioners, result, report: dict[str, Any]) -
 
 
 def lower(source, options, staging, output, report, progress) -> None:
+    with _stdout_to_stderr_if_interactive():
+        _lower(source, options, staging, output, report, progress)
+
+
+def _lower(source, options, staging, output, report, progress) -> None:
     from recurrent_lowering.backends.executorch_arm import flow
 
     onnx = None
@@ -186,7 +198,7 @@ def lower(source, options, staging, output, report, progress) -> None:
     work = tempfile.mkdtemp(prefix="lower-")
     try:
         stage = progress.stage(f"export, quantize and lower for {report['target']}")
-        with stage, _stdout_to_stderr_if_interactive():
+        with stage:
             try:
                 quantizer_factory, partitioner_factory, partitioners = _arm_factories(
                     options, report["target"]
@@ -216,7 +228,7 @@ def lower(source, options, staging, output, report, progress) -> None:
                 csvs = sorted(result.vela.output_dir.rglob("*summary*.csv"))
                 shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
         numerics_stage = progress.stage("numerics on the TOSA reference model")
-        with numerics_stage, _stdout_to_stderr_if_interactive():  # the model prints warnings
+        with numerics_stage:
             try:
                 numerics = flow.check_numerics(result, module, example)
             except flow.FlowError as e:
