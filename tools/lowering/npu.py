@@ -41,27 +41,11 @@ def _stdout_to_stderr_if_interactive():
 
 
 def _module(source):
-    import torch
+    """The torch module to lower: the bundled example itself, or a loaded .pt2 unlifted by
+    the adapter (a module the Arm flow can `.eval()` and re-export)."""
+    from recurrent_lowering.backends.executorch_arm.decompose import as_module
 
-    class ProgramModule(torch.nn.Module):
-        """A loaded .pt2 as a module. An exported program's own module refuses .eval() and
-        .train(), which the Arm flow calls; it is already in inference form."""
-
-        def __init__(self, program):
-            super().__init__()
-            try:
-                self.program = program.module(check_guards=False)
-            except TypeError:  # a torch without check_guards
-                self.program = program.module()
-
-        def forward(self, *args):
-            return self.program(*args)
-
-        def train(self, mode: bool = True):
-            self.training = mode
-            return self
-
-    return source.eager if source.eager is not None else ProgramModule(source.program)
+    return source.eager if source.eager is not None else as_module(source.program)
 
 
 def _calibration_arrays(options, names: list[str] | None = None) -> list | None:
