@@ -566,26 +566,48 @@ class OnnxBuilder(Builder):
         if len(new_carried) != len(carried):
             raise ValueError("scan body must return as many carried values as it received")
         produced = {o for n in inner.nodes for o in n.output}
-        graph_outputs, seen = [], set()
-        for v in new_carried + ys:
+        body_outputs, seen = [], set()
+        for v in new_carried:
             if v not in produced or v in seen:
                 v = inner._node("Identity", [v], inner.elem_type(v), inner.shape(v))
             seen.add(v)
-            graph_outputs.append(_value_info(v, inner.elem_type(v), inner.shape(v)))
-        body_nodes = inner.finalize(keep=[o.name for o in graph_outputs])
-        graph = helper.make_graph(
-            body_nodes, self.names.new(f"{inner.prefix}/graph"), graph_inputs, graph_outputs
-        )
+            body_outputs.append(v)
+        # A step output that is also a carried state would need an Identity (a body output
+        # listed twice is wrong in onnxruntime); when it is an elementwise op of two step
+        # values, the loop outputs those two and the op runs once on the stacked results.
+        recombine = {}  # index in ys -> the op recomputing it outside the loop
+        for j, v in enumerate(ys):
+            pair = _recombinable(inner, v, seen, set(ys)) if v in seen else None
+            if pair is not None:
+                recombine[j] = pair[0]
+                body_outputs += pair[1:]
+                seen.update(pair[1:])
+                continue
+            if v not in produced or v in seen:
+                v = inner._node("Identity", [v], inner.elem_type(v), inner.shape(v))
+            seen.add(v)
+            body_outputs.append(v)
+        body_nodes = inner.finalize(keep=body_outputs)
         steps = None
         if xs and self.shape(xs[0]) is not None:
             steps = self.shape(xs[0])[0]
+        body_nodes, xs, slices_in = self._hoist_input_splits(
+            inner, body_nodes, xs, slices_in, set(body_outputs)
+        )
+        graph_inputs = graph_inputs[: len(carried)] + [
+            _value_info(v, inner.elem_type(v), inner.shape(v)) for v in slices_in
+        ]
+        graph_outputs = [_value_info(v, inner.elem_type(v), inner.shape(v)) for v in body_outputs]
+        graph = helper.make_graph(
+            body_nodes, self.names.new(f"{inner.prefix}/graph"), graph_inputs, graph_outputs
+        )
+        n_ys = len(body_outputs) - len(new_carried)
         attrs = {"body": graph, "num_scan_inputs": len(xs)}
         if reverse and xs:
             attrs["scan_input_directions"] = [1] * len(xs)
-        if reverse and ys:
-            attrs["scan_output_directions"] = [1] * len(ys)
-        n_out = len(new_carried) + len(ys)
-        outputs = [self.names.new(f"{self.prefix}/Scan") for _ in range(n_out)]
+        if reverse and n_ys:
+            attrs["scan_output_directions"] = [1] * n_ys
+        outputs = [self.names.new(f"{self.prefix}/Scan") for _ in body_outputs]
         self.nodes.append(
             helper.make_node(
                 "Scan",
@@ -595,12 +617,94 @@ class OnnxBuilder(Builder):
                 **attrs,
             )
         )
-        for v, out in zip(new_carried, outputs):
-            self.types[out] = (inner.elem_type(v), inner.shape(v))
-        for v, out in zip(ys, outputs[len(new_carried) :]):
+        for v, out in zip(body_outputs, outputs):
             s = inner.shape(v)
-            self.types[out] = (inner.elem_type(v), None if s is None else (steps,) + s)
-        return outputs[: len(new_carried)], outputs[len(new_carried) :]
+            if out in outputs[len(new_carried) :]:
+                s = None if s is None else (steps,) + s
+            self.types[out] = (inner.elem_type(v), s)
+        stacked, k = [], len(new_carried)
+        for j in range(len(ys)):
+            if j in recombine:
+                stacked.append(self._binary(recombine[j], outputs[k], outputs[k + 1]))
+                k += 2
+            else:
+                stacked.append(outputs[k])
+                k += 1
+        return outputs[: len(new_carried)], stacked
+
+    def _hoist_input_splits(self, inner, body_nodes, xs, slices_in, body_outputs: set):
+        """A scan input the body only cuts with one Split (the cell's x_t into its gate
+        groups) is cut once outside the loop instead, and its pieces become the scan
+        inputs: one node per step less."""
+        xs, slices_in = list(xs), list(slices_in)
+        readers: dict = {}
+        for n in body_nodes:
+            for i in _inputs_of([n]):
+                readers.setdefault(i, []).append(n)
+        outer_rank_known = [self.shape(x) is not None for x in xs]
+        new_xs, new_slices, dropped = [], [], set()
+        for x, inner_x, known in zip(xs, slices_in, outer_rank_known):
+            users = readers.get(inner_x, [])
+            split = users[0] if len(users) == 1 else None
+            if (
+                split is None
+                or not known
+                or split.op_type != "Split"
+                or split.input[0] != inner_x
+                or inner_x in split.input[1:]
+                or not body_outputs.isdisjoint(split.output)
+                or any(inner.shape(o) is None for o in split.output if o in readers)
+            ):
+                new_xs.append(x)
+                new_slices.append(inner_x)
+                continue
+            attrs = {a.name: helper.get_attribute_value(a) for a in split.attribute}
+            axis = attrs.get("axis", 0)
+            attrs["axis"] = axis + 1 if axis >= 0 else axis  # the outer value has time first
+            pieces = [self.names.new(f"{self.prefix}/Split") for _ in split.output]
+            self.nodes.append(
+                helper.make_node(
+                    "Split",
+                    [x] + list(split.input[1:]),
+                    pieces,
+                    name=self.names.new(f"{self.prefix}/Split_node"),
+                    **attrs,
+                )
+            )
+            steps = self.shape(x)[0]
+            for piece, inner_piece in zip(pieces, split.output):
+                if inner_piece not in readers:
+                    continue  # a gap no step reads
+                shape = inner.shape(inner_piece)
+                self.types[piece] = (self.elem_type(x), (steps,) + shape)
+                new_xs.append(piece)
+                new_slices.append(inner_piece)
+            dropped.add(id(split))
+        if not dropped:
+            return body_nodes, xs, slices_in
+        return [n for n in body_nodes if id(n) not in dropped], new_xs, new_slices
+
+
+def _recombinable(inner: "OnnxBuilder", v, taken: set, ys: set):
+    """(op, a, b) when v = op(a, b) is elementwise over two values the step computes, of
+    equal rank and not otherwise loop outputs: then stacking a and b over time and
+    applying op once gives exactly the stacked v."""
+    node = next((n for n in inner.nodes if v in n.output), None)
+    if node is None or node.op_type not in ("Add", "Sub", "Mul", "Div"):
+        return None
+    a, b = node.input
+    produced = {o for n in inner.nodes for o in n.output}
+    sa, sb = inner.shape(a), inner.shape(b)
+    if (
+        a == b
+        or {a, b} & (taken | ys)
+        or not {a, b} <= produced
+        or sa is None
+        or sb is None
+        or len(sa) != len(sb)
+    ):
+        return None
+    return node.op_type, a, b
 
 
 def _mul(a, b):
