@@ -68,9 +68,15 @@ def model(op: str, input_size: int, hidden: int, lbr: int, steps: int = STEPS):
 
 
 def _session(m: onnx.ModelProto, profile_prefix: str = ""):
+    """The settings every variant, native or rewritten, runs with: what a user gets from
+    SessionOptions() for batch-1 latency on one thread. onnxruntime's defaults otherwise
+    (ORT_ENABLE_ALL graph optimizations, sequential execution, weight prepacking, memory
+    arena and pattern); spinning settings do not matter with no pool threads."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
@@ -105,8 +111,29 @@ def optimized_nodes(m: onnx.ModelProto) -> collections.Counter:
         path = os.path.join(tmp, "opt.onnx")
         options = ort.SessionOptions()
         options.optimized_model_filepath = path
+        # only counted, never run: its warning that NCHWc layouts are machine-specific
+        # (there is no Conv here) is noise
+        options.log_severity_level = 3
         ort.InferenceSession(m.SerializeToString(), options, ["CPUExecutionProvider"])
         return collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+
+
+def gemv_probe_us(hidden: int = 256, runs: int = 2000) -> float:
+    """Thread-CPU us of one numpy [1,H]x[H,3H] float32 product, the GEMV at the heart of
+    every step: how fast this machine streams a step's weights right now (ANCHORS.md's
+    native 0.88 ms for GRU I256/H256 needs under 8.8 us per whole step)."""
+    rng = np.random.default_rng(0)
+    r = rng.uniform(-0.05, 0.05, (hidden, 3 * hidden)).astype(np.float32)
+    h = rng.uniform(-1, 1, (1, hidden)).astype(np.float32)
+    for _ in range(100):
+        h @ r
+    times = []
+    for _ in range(5):
+        t0 = time.thread_time_ns()
+        for _ in range(runs):
+            h @ r
+        times.append((time.thread_time_ns() - t0) / runs / 1e3)
+    return min(times)
 
 
 def profile_per_step(m: onnx.ModelProto, feeds: dict, runs: int = 30) -> dict:
@@ -291,6 +318,7 @@ def step_breakdown(op: str = "GRU", inp: int = 256, hidden: int = 256, runs: int
     parts = {
         f"native {op}": (native, x),
         f"rewritten {op} (unrolled)": (rewrite_model(native, strategy="unrolled"), x),
+        f"rewritten {op} (scan)": (rewrite_model(native, strategy="scan"), x),
         "hoisted projection alone": (projection, x),
         f"recurrent product alone: Gemm [1,{hidden}]x[{hidden},{g * hidden}] + Split": products(
             [g * hidden]
@@ -312,6 +340,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     rows, profiles = [], []
+    load_start, probe = os.getloadavg()[0], gemv_probe_us()
     for label, op, inp, hidden, lbr in CONFIGS:
         native = model(op, inp, hidden, lbr)
         x = np.random.default_rng(1).uniform(-1, 1, (STEPS, 1, inp)).astype(np.float32)
@@ -349,11 +378,14 @@ def main(argv=None) -> int:
             profiles.append((label, profile_per_step(variants["unrolled"], feeds)))
 
     load = os.getloadavg()[0]
+    probe = min(probe, gemv_probe_us())
     lines = [
         "# onnxruntime: rewritten recurrent nodes vs the native op",
         "",
         f"onnxruntime {ort.__version__}, batch 1, fp32, T={STEPS}, one thread "
-        f"(intra_op_num_threads=1), {args.runs} runs per variant after 20 warm-up runs, "
+        "(the same SessionOptions for native and rewritten: intra_op_num_threads=1, "
+        "inter_op_num_threads=1, ORT_SEQUENTIAL, ORT_ENABLE_ALL, everything else default, "
+        f"so weights are prepacked), {args.runs} runs per variant after 20 warm-up runs, "
         "interleaved across variants; weights uniform(-0.2, 0.2), seed 0; outputs Y and Y_h; "
         "opset 17.",
         "",
@@ -367,13 +399,16 @@ def main(argv=None) -> int:
         "",
         "Variants: `unrolled` (one set of ops per step; steps are rank 2, so each product is",
         "one Gemm with its bias or x_t as C), `unrolled_mm` (MatMul+Add always), `scan`",
-        "(ONNX Scan, same step body), `scan_mm` (MatMul+Add).",
+        "(ONNX Scan, same step ops; x_t's gate groups are split before the loop and h' is",
+        "recombined after it from two scan outputs), `scan_mm` (MatMul+Add).",
         "Each cell: median thread CPU time / best wall time, in ms; ratios to native use CPU",
         "time (with one intra-op thread every kernel runs on the calling thread, so CPU time",
         "leaves out time spent preempted on a shared machine). "
         f"{args.repeat} measurement(s) per variant: times are the median of the repeats'",
         "medians; ratios are the median ratio with (min-max over repeats). "
-        f"Load average while measuring: {load:.1f} on {os.cpu_count()} cores.",
+        f"Load average (1 min) at start / end: {load_start:.1f} / {load:.1f} on "
+        f"{os.cpu_count()} cores. Machine probe: one numpy [1,256]x[256,768] float32 product "
+        f"takes {probe:.1f} us of thread CPU (best of 10 x 2000).",
         "",
         "| config | native | unrolled | ratio | unrolled_mm | ratio | scan | ratio | scan_mm "
         "| ratio | nodes/step emitted | after ORT fusions |",
