@@ -1,0 +1,146 @@
+"""A TOSA graph used as a template: copied, tensors renamed, into another graph being built.
+
+The recurrent step is lowered once by ExecuTorch (a small graph: seconds) and its TOSA
+flatbuffer is instantiated T times into the delegate's graph (milliseconds), instead of
+pushing T unrolled copies through ExecuTorch's per-node passes (about 40 ms per node).
+
+Uses tosa-tools' serializer (`tosa_serializer`, the library ExecuTorch serializes with) both to
+read the template and to write the copies, so every operator and attribute is carried over
+without a schema of our own: an attribute is re-created from the properties of the one read.
+Constants (CONST / CONST_SHAPE outputs) are written once and shared by every copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Sequence
+
+import numpy as np
+import tosa_serializer as ts
+
+_CONST_OPS = (ts.Op.CONST, ts.Op.CONST_SHAPE)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple
+    dtype: object  # ts.DType
+
+
+_NUMPY = {
+    "BOOL": np.bool_,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "SHAPE": np.int64,
+}
+
+
+def _values(raw, dtype) -> np.ndarray:
+    """The element values of a tensor's serialized bytes (the serializer reads back bytes but
+    takes values when writing)."""
+    raw = np.asarray(raw, dtype=np.uint8).tobytes()
+    name = dtype.name
+    if name == "INT48":  # 6 little-endian bytes per element, sign-extended
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 6).astype(np.int64)
+        v = sum(b[:, k] << (8 * k) for k in range(6))
+        return np.where(v >= 1 << 47, v - (1 << 48), v)
+    if name not in _NUMPY:
+        raise ValueError(f"cannot copy a constant of TOSA type {name}")
+    return np.frombuffer(raw, _NUMPY[name]).copy()
+
+
+def _copy_attribute(attr) -> "ts.TosaSerializerAttribute":
+    """A writable attribute with the same fields as `attr` (a TosaXxxAttribute read back)."""
+    kind = type(attr).__name__
+    if not (kind.startswith("Tosa") and kind.endswith("Attribute")):
+        raise TypeError(f"not a TOSA attribute: {kind}")
+    fields = {n: getattr(attr, n) for n in dir(attr) if not n.startswith("_")}
+    out = ts.TosaSerializerAttribute()
+    getattr(out, kind[len("Tosa") :])(**fields)
+    return out
+
+
+class TosaTemplate:
+    """The main block of a TOSA flatbuffer, ready to be instantiated into another graph."""
+
+    def __init__(self, flatbuffer: bytes):
+        fd, path = tempfile.mkstemp(suffix=".tosa")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(flatbuffer)
+            graph = ts.TosaSerializer("")
+            if not graph.loadTosaFlatbuffer(path):
+                raise ValueError("not a TOSA flatbuffer")
+        finally:
+            os.unlink(path)
+        block = graph.regions[0].basicBlocks[0]
+        self._graph = graph  # keeps the block's objects alive
+        self.operators = list(block.operators)
+        self._tensors = {n: block.getTensorByName(n) for n in block.tensors.keys()}
+        self._shapes = {n: block.getShapeByName(n) for n in block.shapes.keys()}
+        self.inputs = [self._spec(n) for n in block.inputs]
+        self.outputs = [self._spec(n) for n in block.outputs]
+        self.constants = {
+            name for op in self.operators if op.op in _CONST_OPS for name in op.outputs
+        }
+
+    def _spec(self, name: str) -> TensorSpec:
+        t = self._tensors[name]
+        return TensorSpec(name, tuple(t.shape), t.dtype)
+
+    def compute_ops(self) -> int:
+        return sum(1 for op in self.operators if op.op not in _CONST_OPS)
+
+    def instantiate(
+        self,
+        tosa_graph,
+        prefix: str,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        constants_prefix: str,
+        constants_written: set,
+    ) -> None:
+        """Write one copy into `tosa_graph` (a ts.TosaSerializer being built).
+
+        `inputs` / `outputs` name existing tensors of `tosa_graph` that take the places of the
+        template's inputs / outputs (the caller creates them); every other tensor is renamed
+        `prefix + name`, constants `constants_prefix + name` and written once (their names are
+        recorded in `constants_written`)."""
+        if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
+            raise ValueError(
+                f"template has {len(self.inputs)} inputs / {len(self.outputs)} outputs, "
+                f"got {len(inputs)} / {len(outputs)}"
+            )
+        names = {t.name: n for t, n in zip(self.inputs, inputs)}
+        names.update({t.name: n for t, n in zip(self.outputs, outputs)})
+        block = tosa_graph.currRegion.currBasicBlock
+        for name, t in self._tensors.items():
+            if name in names:
+                continue
+            if name in self.constants:
+                names[name] = constants_prefix + name
+                if names[name] in constants_written:
+                    continue
+                block.addTensor(names[name], list(t.shape), t.dtype, _values(t.data, t.dtype))
+            else:
+                names[name] = prefix + name
+                block.addTensor(names[name], list(t.shape), t.dtype)
+        for name, shape in self._shapes.items():  # CONST_SHAPE outputs: shared
+            names[name] = constants_prefix + name
+            if names[name] not in constants_written:
+                block.addShape(names[name], shape.rank, _values(shape.data, ts.DType.SHAPE))
+        for op in self.operators:
+            outs = [names[n] for n in op.outputs]
+            if op.op in _CONST_OPS:
+                if outs[0] in constants_written:
+                    continue
+                constants_written.update(outs)
+            block.addOperator(
+                op.op, [names[n] for n in op.inputs], outs, _copy_attribute(op.attributes)
+            )
