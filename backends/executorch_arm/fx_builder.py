@@ -47,7 +47,7 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
-from recurrent_lowering.passes.builder import SELECT, Builder, is_constant
+from recurrent_lowering.passes.builder import SCAN, SELECT, Builder, is_constant
 from recurrent_lowering.passes.spec import SpecError
 
 aten = torch.ops.aten
@@ -201,7 +201,9 @@ class ModuleConstants(ConstantSink):
             self.module.register_parameter(attr, torch.nn.Parameter(t, requires_grad=False))
         else:
             self.module.register_buffer(attr, t)
-        first = next(n for n in self.graph.nodes if n.op != "placeholder")
+        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first is None:  # a graph being traced (FxBuilder.scan's step): append
+            return self.graph.get_attr(attr)
         with self.graph.inserting_before(first):
             return self.graph.get_attr(attr)
 
@@ -209,7 +211,7 @@ class ModuleConstants(ConstantSink):
 class FxBuilder(Builder):
     """Emits ATen call_function nodes at the graph's current insertion point."""
 
-    capabilities = frozenset({SELECT})
+    capabilities = frozenset({SELECT, SCAN})
 
     def __init__(
         self,
@@ -377,6 +379,55 @@ class FxBuilder(Builder):
             return super().stack(xs, axis)
         rows, width = shapes[0]
         return self._view(self.call(aten.cat.default, xs, 0), [len(xs), rows, width])
+
+    # --- loops ------------------------------------------------------------------------------
+    def scan(self, body, carried, xs, reverse=False):
+        """One `recurrent_lowering::scan` node running a traced copy of the step (scan_op)."""
+        from . import scan_op
+
+        carried = [self._node(v) for v in carried]
+        if len(xs) != 1 or len(carried) not in (1, 2):
+            raise SpecError(
+                "scan", "sequence_lens", "the loop form takes one input sequence without masks"
+            )
+        xs = self._node(xs[0])
+        step = self._trace_step(body, carried, xs)
+        h_shape = self._shape(carried[0])
+        if any(self._shape(v) != h_shape for v in carried):
+            raise SpecError("scan", "proj_size", "the loop form needs h and c of one shape")
+        key = scan_op.register(scan_op.StepProgram(step, len(carried), reverse))
+        node = self.call(scan_op.OP, xs, carried[0], carried[1] if len(carried) > 1 else None, key)
+        steps = self._shape(xs)[0]
+        ys = node if len(carried) == 1 else self.slice(node, 0, 0, steps)
+        last = 0 if reverse else steps - 1
+        final = [self.squeeze(self.slice(ys, 0, last, last + 1), 0)]
+        if len(carried) > 1:
+            final.append(self.squeeze(self.slice(node, 0, steps, steps + 1), 0))
+        return final, [ys]
+
+    def _trace_step(self, body, carried: list, xs: Node) -> GraphModule:
+        """body as a GraphModule (state..., x_t) -> (state'...); y must be the new h."""
+        module = GraphModule(torch.nn.Module(), Graph())
+        graph = module.graph
+        inputs = []
+        for i, v in enumerate([*carried, xs]):
+            ph = graph.placeholder("x_t" if i == len(carried) else f"state{i}")
+            val = v.meta["val"]
+            ph.meta["val"] = val[0] if v is xs else val
+            inputs.append(ph)
+        b = FxBuilder(
+            graph,
+            ModuleConstants(module, self.fake_mode, prefix="step"),
+            dtype=self.torch_dtype,
+            emission=self.emission,
+        )
+        new, ys = body(b, inputs[:-1], inputs[-1:])
+        new = [b._node(v) for v in new]
+        if len(ys) != 1 or b._node(ys[0]) is not new[0]:
+            raise SpecError("scan", "Y", "the loop form needs each step's output to be its h")
+        graph.output(tuple(new))
+        module.recompile()
+        return module
 
     # --- selection --------------------------------------------------------------------------
     def less(self, a, b):
