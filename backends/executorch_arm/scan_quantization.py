@@ -1,0 +1,38 @@
+"""PT2E annotation of `recurrent_lowering::scan` nodes for ExecuTorch's Arm quantizer.
+
+The Arm quantizer does not know the scan op, so the quantizer hook annotates it after the Arm
+annotators ran: the projected inputs and the initial states are observed as inputs and the
+result (every step's h, then c_n) as one output, with the layer's activation config. The
+node is marked quantized the way the Arm quantizer marks its own, so ExecuTorch folds the
+q/dq pairs around it into the node's `input_qparams` / `output_qparams`, where scan_tosa
+reads them. The config is also kept on the step program: the step is quantized with it.
+"""
+
+from __future__ import annotations
+
+from executorch.backends.arm.common.annotation_meta import ArmAnnotationInfo
+from torch.fx import Graph, Node
+from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
+
+from . import scan_op
+
+_Q_KEY = "quantization_annotation"
+
+
+def annotate_scans(graph: Graph, config) -> int:
+    """Annotate every scan node with `config` (an Arm QuantizationConfig); returns how many."""
+    if config is None:
+        return 0
+    count = 0
+    for node in graph.find_nodes(op="call_function", target=scan_op.OP):
+        xs, h, c = node.args[:3]
+        inputs = {a: config.get_input_act_qspec() for a in (xs, h, c) if isinstance(a, Node)}
+        node.meta[_Q_KEY] = QuantizationAnnotation(
+            input_qspec_map=inputs, output_qspec=config.get_output_act_qspec(), _annotated=True
+        )
+        custom = node.meta.get("custom", {})
+        custom[ArmAnnotationInfo.CUSTOM_META_KEY] = dict(ArmAnnotationInfo(quantized=True))
+        node.meta["custom"] = custom
+        scan_op.program(node.args[3]).quant_config = config
+        count += 1
+    return count

@@ -1,0 +1,194 @@
+"""TOSA for `recurrent_lowering::scan`: the step template written once per timestep.
+
+Registered with ExecuTorch's public registries (importing this module is enough):
+`register_tosa_support_check` lets the Arm partitioners delegate the scan node and
+`register_node_visitor` writes its TOSA. ExecuTorch's passes see one node per layer direction;
+the visitor lowers the step once (step_template) and instantiates it T times:
+
+    xs [T, B, G] -> RESHAPE [T*B, G] -> (RESCALE to the step's x scale) -> SLICE rows per step
+    h0 -> (RESCALE to the step's h scale) -> step 0 -> step 1 -> ... (states flow unrescaled)
+    every step's h -> CONCAT [T*B, H] (+ c_n) -> RESCALE to the node's output scale -> RESHAPE
+
+The rescales run once per layer, not per step; on a float TOSA profile there are none.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, List, Optional
+
+import numpy as np
+import torch
+import tosa_serializer as ts
+from executorch.backends.arm.operator_support.tosa_supported_operators import (
+    SupportedTOSAOperatorCheck,
+    register_tosa_support_check,
+)
+from executorch.backends.arm.operators.node_visitor import NodeVisitor, register_node_visitor
+from executorch.backends.arm.tosa.mapping import TosaArg
+from executorch.exir.dialects._ops import ops as exir_ops
+
+from recurrent_lowering.runtime.quantization import QuantParams
+
+from . import scan_op, step_template
+
+_EDGE_OP = exir_ops.edge.recurrent_lowering.scan.default
+
+
+@register_tosa_support_check
+class ScanSupported(SupportedTOSAOperatorCheck):
+    """The scan node is delegated whenever its step is (checked when the step is lowered)."""
+
+    targets = [_EDGE_OP]
+
+    def is_node_tosa_supported(self, node, tosa_spec) -> bool:
+        return True
+
+
+def _multiplier_shift(scale: float) -> tuple[int, int]:
+    """RESCALE's 32-bit multiplier and right shift for `scale` (TOSA precision scaling)."""
+    mantissa, exponent = math.frexp(scale)
+    multiplier = round(mantissa * (1 << 31))
+    if multiplier == 1 << 31:
+        multiplier //= 2
+        exponent += 1
+    shift = 31 - exponent
+    if not 2 <= shift <= 62:
+        raise ValueError(f"rescale factor {scale} out of TOSA's range")
+    return multiplier, shift
+
+
+def _quant(q) -> Optional[QuantParams]:
+    """QuantParams from ExecuTorch's folded QuantArgs (or one of ours)."""
+    if q is None or isinstance(q, QuantParams):
+        return q
+    dtype = {torch.int8: "int8", torch.int16: "int16"}[q.dtype]
+    return QuantParams(float(q.scale), int(q.zp), int(q.qmin), int(q.qmax), dtype)
+
+
+class _Writer:
+    """Names and writes the few glue operators around the step copies."""
+
+    def __init__(self, graph, prefix: str):
+        self.graph, self.prefix, self.n = graph, prefix, 0
+
+    def name(self, what: str) -> str:
+        self.n += 1
+        return f"{self.prefix}_{what}_{self.n}"
+
+    def tensor(self, what: str, shape, dtype) -> str:
+        name = self.name(what)
+        self.graph.currRegion.currBasicBlock.addTensor(name, [int(d) for d in shape], dtype)
+        return name
+
+    def shape(self, values) -> str:
+        name = self.name("shape")
+        self.graph.addConst([len(values)], ts.DType.SHAPE, [int(v) for v in values], name=name)
+        return name
+
+    def op(self, op, inputs, outputs, attr=None):
+        if attr is None:
+            attr = ts.TosaSerializerAttribute()
+        self.graph.addOperator(op, inputs, outputs, attr)
+
+    def reshape(self, x: str, shape, dtype, out: Optional[str] = None) -> str:
+        out = out or self.tensor("reshape", shape, dtype)
+        attr = ts.TosaSerializerAttribute()
+        attr.ReshapeAttribute()
+        self.op(ts.Op.RESHAPE, [x, self.shape(shape)], [out], attr)
+        return out
+
+    def slice_rows(self, x: str, start: int, rows: int, width: int, dtype) -> str:
+        out = self.tensor("step_in", (rows, width), dtype)
+        attr = ts.TosaSerializerAttribute()
+        attr.SliceAttribute()
+        self.op(ts.Op.SLICE, [x, self.shape([start, 0]), self.shape([rows, width])], [out], attr)
+        return out
+
+    def concat(self, xs: list, axis: int, shape, dtype) -> str:
+        if len(xs) == 1:
+            return xs[0]
+        out = self.tensor("concat", shape, dtype)
+        attr = ts.TosaSerializerAttribute()
+        attr.ConcatAttribute(axis)
+        self.op(ts.Op.CONCAT, xs, [out], attr)
+        return out
+
+    def rescale(self, x: str, shape, dtype, q_in: QuantParams, q_out: QuantParams) -> str:
+        """x requantized from q_in to q_out (or x itself when they are equal)."""
+        if q_in is None or q_out is None or q_in == q_out:
+            return x
+        out = self.tensor("rescale", shape, dtype)
+        multiplier, shift = _multiplier_shift(q_in.scale / q_out.scale)
+        consts = []
+        for what, d, v in (
+            ("mult", ts.DType.INT32, multiplier),
+            ("shift", ts.DType.INT8, shift),
+            ("in_zp", dtype, q_in.zero_point),
+            ("out_zp", dtype, q_out.zero_point),
+        ):
+            name = self.name(what)
+            self.graph.addConst([1], d, np.asarray([v]), name=name)
+            consts.append(name)
+        attr = ts.TosaSerializerAttribute()
+        attr.RescaleAttribute(
+            scale32=True,
+            rounding_mode=ts.RoundingMode.SINGLE_ROUND,
+            per_channel=False,
+            input_unsigned=False,
+            output_unsigned=False,
+        )
+        self.op(ts.Op.RESCALE, [x, *consts], [out], attr)
+        return out
+
+
+@register_node_visitor
+class ScanVisitor(NodeVisitor):
+    target = scan_op.EDGE_NAME
+
+    def define_node(self, node, tosa_graph: Any, inputs: List[TosaArg], output: TosaArg) -> None:
+        program = scan_op.program(node.args[3])
+        in_q = {k: _quant(v) for k, v in node.meta.get("input_qparams", {}).items()}
+        out_q = _quant(node.meta.get("output_qparams", {}).get(0))
+        tpl = step_template.template(program, self.tosa_spec, quantized=bool(in_q))
+        w = _Writer(tosa_graph, node.name)
+        xs, states0 = inputs[0], [a for a in inputs[1:3] if a.name]
+        steps, rows, width = (int(d) for d in xs.shape)
+        dtype = xs.dtype
+
+        def role_quant(role):  # the step's qparams for step input `role`
+            return tpl.input_quant[tpl.input_roles.index(role)]
+
+        n = program.num_states
+        x2d = w.reshape(xs.name, (steps * rows, width), dtype)
+        x2d = w.rescale(x2d, (steps * rows, width), dtype, in_q.get(0), role_quant(n))
+        states = [
+            w.rescale(a.name, a.shape, a.dtype, in_q.get(1 + i), role_quant(i))
+            for i, a in enumerate(states0)
+        ]
+        ys: list = [None] * steps
+        order = range(steps - 1, -1, -1) if program.reverse else range(steps)
+        written: set = set()
+        for t in order:
+            x_t = w.slice_rows(x2d, t * rows, rows, width, dtype)
+            step_inputs = [*states, x_t]
+            outs = [w.tensor(f"t{t}_out", spec.shape, spec.dtype) for spec in tpl.tosa.outputs]
+            tpl.tosa.instantiate(
+                tosa_graph,
+                f"{node.name}_t{t}_",
+                [step_inputs[r] for r in tpl.input_roles],
+                outs,
+                f"{node.name}_const_",
+                written,
+            )
+            states = [outs[tpl.output_roles.index(i)] for i in range(n)]
+            ys[t] = states[0]
+        state_q = [tpl.output_quant[tpl.output_roles.index(i)] for i in range(n)]
+        hidden = int(output.shape[-1])
+        parts = [w.concat(ys, 0, (steps * rows, hidden), output.dtype)]
+        parts = [w.rescale(parts[0], (steps * rows, hidden), output.dtype, state_q[0], out_q)]
+        for i in range(1, n):  # c_n after Y
+            parts.append(w.rescale(states[i], (rows, hidden), output.dtype, state_q[i], out_q))
+        total = steps * rows + (n - 1) * rows
+        y = w.concat(parts, 0, (total, hidden), output.dtype)
+        w.reshape(y, output.shape, output.dtype, out=output.name)

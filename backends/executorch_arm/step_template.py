@@ -1,0 +1,118 @@
+"""Lower a scan's step once, through ExecuTorch's own Arm flow, into a TOSA template.
+
+The step (state..., x_t) -> (state'...) is a graph of a dozen ops, so ExecuTorch lowers it in
+seconds whatever T is. Quantized, it is calibrated on the float inputs of every timestep the
+scan saw (scan_op records them), so all steps share one set of scales, and each state output
+shares its state input's quantization (RecurrentStateQuantizer): step t's output is step t+1's
+input with no requantization, exactly as a streaming model feeds h_n back as h0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+import torch
+
+from . import scan_op
+from .recurrent_quantization import RecurrentStateQuantizer
+from .tosa_template import TosaTemplate
+
+
+class StepLoweringError(RuntimeError):
+    """The step did not lower to one fully delegated TOSA graph."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTemplate:
+    tosa: TosaTemplate
+    input_roles: list  # template input k <- step input index (states first, then x_t)
+    input_quant: list  # QuantParams | None per template input
+    output_roles: list  # template output k -> step output index (the new states)
+    output_quant: list
+    seconds: float  # wall time of the step's quantization and lowering
+
+
+class _StepStateQuantizer(RecurrentStateQuantizer):
+    """Each state output shares its state input's qparams (inputs and outputs in order)."""
+
+    def __init__(self, base, num_states: int):
+        super().__init__(base)
+        self.num_states = num_states
+
+    def transform_for_annotation(self, model):
+        placeholders = list(model.graph.find_nodes(op="placeholder"))
+        self.pairs = [(placeholders[i].name, i) for i in range(self.num_states)]
+        return self.base.transform_for_annotation(model)
+
+
+def _example(program: scan_op.StepProgram) -> tuple:
+    if program.samples:
+        return program.samples[0]
+    shapes = [ph.meta["val"].shape for ph in program.step.graph.find_nodes(op="placeholder")]
+    return tuple(torch.zeros(tuple(int(d) for d in s)) for s in shapes)
+
+
+def _quantize(program: scan_op.StepProgram, compile_spec, example: tuple):
+    from executorch.backends.arm.quantizer import TOSAQuantizer
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    if not program.samples:
+        raise StepLoweringError("the scan was never run eagerly, so its step has no calibration")
+    base = TOSAQuantizer(compile_spec)
+    base.set_global(program.quant_config)
+    quantizer = _StepStateQuantizer(base, program.num_states)
+    ep = torch.export.export(program.step, example)
+    prepared = prepare_pt2e(ep.module(), quantizer)
+    for sample in program.samples:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+
+def lower(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTemplate:
+    """The step of `program` as a TOSA template for `tosa_spec` (a TosaSpecification)."""
+    from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
+    from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    from .flow import _io_mapping
+
+    t0 = time.perf_counter()
+    spec = TosaCompileSpec(tosa_spec)
+    example = _example(program)
+    module = _quantize(program, spec, example) if quantized else program.step
+    edge = to_edge_transform_and_lower(
+        torch.export.export(module, example),
+        partitioner=[TOSAPartitioner(spec)],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+    ep = edge.exported_program()
+    lowered = [m for n, m in ep.graph_module.named_children() if n.startswith("lowered_module")]
+    mapping = _io_mapping(ep.graph_module.graph, list(ep.graph_signature.user_inputs))
+    if len(lowered) != 1 or mapping is None:
+        raise StepLoweringError(
+            f"the recurrent step did not lower to one TOSA delegate for {tosa_spec} "
+            f"({len(lowered)} delegates); lower this layer unrolled instead"
+        )
+    input_map, output_map, input_quant, output_quant = mapping
+    tosa = TosaTemplate(bytes(lowered[0].processed_bytes))
+    out_roles: list[Optional[int]] = [None] * len(tosa.outputs)
+    for i, k in enumerate(output_map):
+        out_roles[k] = i
+    return StepTemplate(
+        tosa=tosa,
+        input_roles=list(input_map),
+        input_quant=list(input_quant),
+        output_roles=out_roles,
+        output_quant=list(output_quant),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def template(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTemplate:
+    """lower(), cached on the program per (spec, quantized)."""
+    key = (str(tosa_spec), quantized)
+    if key not in program.templates:
+        program.templates[key] = lower(program, tosa_spec, quantized)
+    return program.templates[key]
