@@ -33,10 +33,13 @@ from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
-from . import fallback
+from recurrent_lowering.passes.spec import SpecError
+
+from . import fallback, scan_op, scan_tosa  # noqa: F401  (scan_tosa registers the scan TOSA)
 from .arm_passes import DecomposeRecurrentPass
 from .decompose import decompose_recurrent
 from .fx_builder import PLAIN, Emission
+from .scan_quantization import annotate_scans
 
 
 def emission_options(target: str) -> Emission:
@@ -47,17 +50,39 @@ def emission_options(target: str) -> Emission:
     )
 
 
+STRATEGIES = ("auto", "unrolled", "scan")
+
+
+def strategy_for(requested: str, keep_recurrent_on_cpu: bool = False) -> str:
+    """The strategy for a request ("auto", "unrolled" or "scan"). "auto" is resolved per
+    layer by decompose.resolve_strategy (unrolled at small T, the loop form beyond), except
+    that layers kept on the CPU are always unrolled: the CPU runtime has portable kernels for
+    elementary ops only, not for the scan node."""
+    if requested not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {requested!r}")
+    if keep_recurrent_on_cpu:
+        if requested == "scan":
+            raise ValueError("recurrent layers kept on the CPU need the unrolled form")
+        return "unrolled"
+    return requested
+
+
 class _QuantizerHook:
-    strategy = "unrolled"
+    strategy = "auto"
     emission = PLAIN
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         DecomposeRecurrentPass(tfa_pass=True, strategy=self.strategy, emission=self.emission)(model)
         return super().transform_for_annotation(model)
 
+    def annotate(self, model: GraphModule) -> GraphModule:
+        model = super().annotate(model)
+        annotate_scans(model.graph, self.global_config)
+        return model
+
 
 class _PartitionerHook:
-    strategy = "unrolled"
+    strategy = "auto"
     emission = PLAIN
 
     def __init__(self, compile_spec, additional_checks=None, keep_recurrent_on_cpu=False):
@@ -90,7 +115,21 @@ class _PartitionerHook:
             graph, self.keep_recurrent_on_cpu, str(self.tosa_spec)
         )
         self.boundaries = fallback.delegate_boundaries(graph)
+        _check_scans_delegated(graph)
         return result
+
+
+def _check_scans_delegated(graph) -> None:
+    """A scan node left outside a delegate would reach the CPU runtime, which has no kernel
+    for it: refuse here, naming the layer, rather than write a .pte that cannot run."""
+    for node in graph.find_nodes(op="call_function", target=scan_op.OP):
+        if "delegation_tag" not in node.meta:
+            raise SpecError(
+                fallback.recurrent_layer_of(node) or node.name,
+                "emission",
+                "the loop form of this recurrent layer was not delegated (an op of its step is "
+                "not supported on this target); lower it with the unrolled emission",
+            )
 
 
 class RecurrentTOSAQuantizer(_QuantizerHook, TOSAQuantizer):
@@ -109,19 +148,23 @@ class RecurrentEthosUPartitioner(_PartitionerHook, EthosUPartitioner):
     """EthosUPartitioner that decomposes GRU/LSTM/RNN with recurrent_lowering before to_edge."""
 
 
-def create_quantizer(compile_spec, emission: Emission = PLAIN):
+def create_quantizer(compile_spec, emission: Emission = PLAIN, strategy: str = "auto"):
     if isinstance(compile_spec, TosaCompileSpec):
         quantizer = RecurrentTOSAQuantizer(compile_spec)
     elif isinstance(compile_spec, EthosUCompileSpec):
         quantizer = RecurrentEthosUQuantizer(compile_spec)
     else:
         raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
-    quantizer.emission = emission
+    quantizer.emission, quantizer.strategy = emission, strategy
     return quantizer
 
 
 def create_partitioner(
-    compile_spec, additional_checks=None, keep_recurrent_on_cpu=False, emission: Emission = PLAIN
+    compile_spec,
+    additional_checks=None,
+    keep_recurrent_on_cpu=False,
+    emission: Emission = PLAIN,
+    strategy: str = "auto",
 ):
     if isinstance(compile_spec, TosaCompileSpec):
         cls = RecurrentTOSAPartitioner
@@ -131,4 +174,5 @@ def create_partitioner(
         raise ValueError(f"no recurrent-lowering partitioner for {type(compile_spec).__name__}")
     partitioner = cls(compile_spec, additional_checks, keep_recurrent_on_cpu)
     partitioner.emission = emission
+    partitioner.strategy = strategy_for(strategy, keep_recurrent_on_cpu)
     return partitioner

@@ -261,6 +261,21 @@ def _module_prefix(node: Node) -> str:
     return path.replace("L['self'].", "").replace("L__self__", "")
 
 
+# "auto": unrolled up to this many steps over all of a layer stack's directions, the loop form
+# (scan) beyond. Unrolled, each step costs ExecuTorch's Arm flow 1-2 s of lowering but gets its
+# own scales and no glue copies (fewest Vela cycles at small T); the loop form lowers in about
+# constant time whatever T (docs/arm_benchmark.md).
+AUTO_UNROLL_MAX_STEPS = 32
+
+
+def resolve_strategy(strategy: str, spec) -> str:
+    """The core strategy for one recurrent op: "auto" picks by its number of steps."""
+    if strategy != "auto":
+        return strategy
+    steps = (spec.seq_len or 0) * spec.num_layers * spec.num_directions
+    return "unrolled" if spec.seq_len is not None and steps <= AUTO_UNROLL_MAX_STEPS else "scan"
+
+
 def _replace(
     graph: Graph,
     node: Node,
@@ -274,6 +289,7 @@ def _replace(
     if node.target in PACKED_OPS:
         raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
     spec, weights, x, h0, c0 = (_cell_problem if is_cell else _sequence_problem)(node, constant_of)
+    strategy = resolve_strategy(strategy, spec)
     dtype = _val(x).dtype
     b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, emission=emission)
     with graph.inserting_before(node):

@@ -190,7 +190,9 @@ def _io_mapping(graph, user_inputs: list):
 DECOMPOSITIONS = ("ours", "executorch")
 
 
-def _factories(decomposition: str, target: str, quantizer_factory, partitioner_factory):
+def _factories(
+    decomposition: str, target: str, quantizer_factory, partitioner_factory, strategy="auto"
+):
     """(quantizer factory, partitioner factory) for `decomposition`, explicit ones kept."""
     if decomposition == "executorch":
         from executorch.backends.arm.util._factory import create_partitioner, create_quantizer
@@ -204,8 +206,9 @@ def _factories(decomposition: str, target: str, quantizer_factory, partitioner_f
 
     emission = arm_hooks.emission_options(target)
     return (
-        quantizer_factory or (lambda spec: arm_hooks.create_quantizer(spec, emission)),
-        partitioner_factory or (lambda spec: arm_hooks.create_partitioner(spec, emission=emission)),
+        quantizer_factory or (lambda spec: arm_hooks.create_quantizer(spec, emission, strategy)),
+        partitioner_factory
+        or (lambda spec: arm_hooks.create_partitioner(spec, emission=emission, strategy=strategy)),
     )
 
 
@@ -223,6 +226,7 @@ def lower(
     partitioner_factory=None,
     decomposition: str = "ours",
     activations: str = "int8",
+    strategy: str = "auto",
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
@@ -232,12 +236,15 @@ def lower(
     `partitioner_factory` (called with the compile spec) replace ExecuTorch's defaults, which is
     where our own decomposition plugs in; `decomposition` ("ours" or "executorch") picks the
     defaults for the factories not given. `activations="int16"` quantizes activations to
-    int16 (weights stay int8; Ethos-U85 and TOSA INT targets).
+    int16 (weights stay int8; Ethos-U85 and TOSA INT targets). `strategy` writes recurrent
+    layers "unrolled" (one set of ops per step), as a "scan" (one node per layer direction,
+    its step lowered once and copied per step into the TOSA: scan_op, scan_tosa) or "auto"
+    (decompose.resolve_strategy: unrolled for short sequences).
     """
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     quantizer_factory, partitioner_factory = _factories(
-        decomposition, target, quantizer_factory, partitioner_factory
+        decomposition, target, quantizer_factory, partitioner_factory, strategy
     )
 
     example_inputs = tuple(example_inputs)
