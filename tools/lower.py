@@ -44,7 +44,7 @@ def run(argv: list[str]) -> dict:
         raise LoweringError("expected exactly one MODEL argument (a .pt2, an .onnx or an example)")
     handler = targets.handler(FLAGS.target)
     options = targets.Options(
-        strategy=FLAGS.emission,
+        strategy={"loop": "scan"}.get(FLAGS.emission, FLAGS.emission),
         quantization=FLAGS.quantization,
         calibration=_path_or_none(FLAGS.calibration),
         keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,

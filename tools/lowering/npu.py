@@ -122,16 +122,19 @@ def _arm_factories(options, target: str):
 
     emission = arm_hooks.emission_options(target)
     keep = options.keep_recurrent_on_cpu
+    strategy = arm_hooks.strategy_for(options.strategy, keep_recurrent_on_cpu=keep)
     partitioners = []
 
     def partitioner_factory(spec):
         partitioners.append(
-            arm_hooks.create_partitioner(spec, keep_recurrent_on_cpu=keep, emission=emission)
+            arm_hooks.create_partitioner(
+                spec, keep_recurrent_on_cpu=keep, emission=emission, strategy=strategy
+            )
         )
         return partitioners[-1]
 
     quantizer_factory = rq.quantizer_factory(
-        lambda spec: arm_hooks.create_quantizer(spec, emission),
+        lambda spec: arm_hooks.create_quantizer(spec, emission, strategy),
         keep_recurrent_on_cpu=keep,
     )
     return quantizer_factory, partitioner_factory, partitioners

@@ -62,7 +62,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     if options.strategy not in ("auto", "unrolled"):
         raise LoweringError(
             f"{source.path}: {report['target']} needs a static graph; ONNX models are "
-            f"unrolled (--emission={options.strategy} is not available here)"
+            f"unrolled (--emission loop is not available here)"
         )
     specs = to_torch.input_specs(source.program)
     if calibration_arrays is not None and len(calibration_arrays) != len(specs):

@@ -30,7 +30,7 @@ TARGETS = ("aten", "onnx", *TOSA_TARGETS, *ETHOS_U_TARGETS)
 
 @dataclasses.dataclass
 class Options:
-    strategy: str = "auto"  # auto | unrolled | loop
+    strategy: str = "auto"  # auto | unrolled | scan (--emission loop)
     quantization: str = "int8"  # int8 | int16 (activations)
     calibration: pathlib.Path | None = None
     keep_recurrent_on_cpu: bool = False
@@ -61,7 +61,12 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
 
     if source.kind != "torch":
         raise LoweringError(f"{source.path}: --target aten takes a .pt2 or a bundled example")
-    strategy = "unrolled" if options.strategy == "auto" else options.strategy
+    if options.strategy == "scan":
+        raise LoweringError(
+            "--target aten writes elementary ATen ops, which the loop form is not (its scan "
+            "node exists only while lowering for TOSA/Ethos-U); use --emission unrolled or auto"
+        )
+    strategy = "unrolled"
     inputs = source.example_inputs
     if inputs is not None:  # the reference comes first: decomposition may reuse the graph
         with torch.no_grad():
