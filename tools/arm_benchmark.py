@@ -34,7 +34,14 @@ flags.DEFINE_list("models", ["gru_a", "lstm_a", "rnn_tanh_a", "bigru2", "big_gru
 flags.DEFINE_list(
     "targets", ["ethos-u55-128", "ethos-u85-256", "TOSA-1.0+INT"], "TOSA or Ethos-U targets"
 )
-flags.DEFINE_list("decompositions", ["ours", "executorch"], "ours and/or executorch")
+flags.DEFINE_list(
+    "decompositions",
+    ["ours", "executorch"],
+    "ours (unrolled), ours-loop (one scan node per layer direction) and/or executorch",
+)
+flags.DEFINE_list(
+    "sweep_t", [], "lowering-time sweep: gru_a at these T (e.g. 25,50,100,200), ethos-u55-128"
+)
 flags.DEFINE_list("variants", [], "extra rows: sram_only (U55), int16 (U85, TOSA INT)")
 flags.DEFINE_bool("non_recurrent", False, "time a small MLP and conv net with/without our passes")
 flags.DEFINE_string("out", "docs/arm_benchmark.md", "Markdown output")
@@ -96,15 +103,54 @@ def _non_recurrent_models():
     }
 
 
-def measure(model: str, target: str, decomposition: str, variant: str, work: pathlib.Path):
-    """One lowering with its figures, as a JSON-able dict."""
-    from recurrent_lowering.backends.executorch_arm import flow
+# decomposition column -> flow.lower keyword arguments
+DECOMPOSITIONS = {
+    "ours": dict(decomposition="ours", strategy="unrolled"),
+    "ours-loop": dict(decomposition="ours", strategy="scan"),
+    "executorch": dict(decomposition="executorch"),
+}
+
+
+def _build(model: str):
+    """(module, inputs) for a benchmark model name; "gru_a@T=50" is gru_a with T = 50."""
+    import dataclasses
+
     from recurrent_lowering.tools import models
 
     if model in ("mlp", "convnet"):
-        module, inputs = _non_recurrent_models()[model]
-    else:
-        module, inputs = models.build(model)
+        return _non_recurrent_models()[model]
+    name, _, seq_len = model.partition("@T=")
+    if seq_len:
+        return dataclasses.replace(models.MODELS[name], seq_len=int(seq_len)).build()
+    return models.build(name)
+
+
+def _warm_up(target: str, decomposition: str) -> None:
+    """Lower tiny_gru once, so one-time costs (imports, op registration) that the first
+    lowering in a process pays stay out of the timed lowering, for every column alike."""
+    import tempfile
+
+    from recurrent_lowering.backends.executorch_arm import flow
+    from recurrent_lowering.tools import models
+
+    module, inputs = models.build("tiny_gru")
+    with tempfile.TemporaryDirectory() as tmp:
+        flow.lower(
+            module,
+            inputs,
+            target,
+            artifact_dir=tmp,
+            run_vela=False,
+            **DECOMPOSITIONS[decomposition],
+        )
+
+
+def measure(model: str, target: str, decomposition: str, variant: str, work: pathlib.Path):
+    """One lowering with its figures, as a JSON-able dict."""
+    from recurrent_lowering.backends.executorch_arm import flow
+
+    module, inputs = _build(model)
+    _warm_up(target, decomposition)
     kwargs = {}
     if variant == "sram_only":
         kwargs["memory_mode"] = "Sram_Only"
@@ -115,7 +161,7 @@ def measure(model: str, target: str, decomposition: str, variant: str, work: pat
     out = work / f"{model}_{target}_{decomposition}_{variant}"
     t0 = time.perf_counter()
     result = flow.lower(
-        module, inputs, target, artifact_dir=out, decomposition=decomposition, **kwargs
+        module, inputs, target, artifact_dir=out, **DECOMPOSITIONS[decomposition], **kwargs
     )
     row = {
         "model": model,
@@ -198,6 +244,9 @@ def _plan() -> list[tuple]:
             for target in targets:
                 for dec in FLAGS.decompositions:
                     keys.append((model, target, dec, variant))
+    for t in FLAGS.sweep_t:
+        for dec in FLAGS.decompositions:
+            keys.append((f"gru_a@T={t}", "ethos-u55-128", dec, "default"))
     if FLAGS.non_recurrent:
         for model in ("mlp", "convnet"):
             for _ in range(FLAGS.repeats):
@@ -229,7 +278,9 @@ def _lower_s(row):
 
 
 def render(rows: dict, command: str, loads: list) -> str:
-    models = list(dict.fromkeys(k[0] for k in rows if k[0] not in ("mlp", "convnet")))
+    models = list(
+        dict.fromkeys(k[0] for k in rows if k[0] not in ("mlp", "convnet") and "@" not in k[0])
+    )
     targets = list(dict.fromkeys(k[1] for k in rows))
     out = [
         "# Our Arm adapter vs ExecuTorch 1.5.1's recurrent passes",
@@ -321,6 +372,44 @@ def render(rows: dict, command: str, loads: list) -> str:
                 f"{_fmt_int(vela.get('sram_used_bytes'))} B | "
                 f"{_fmt_int(vela.get('flash_used_bytes'))} B | {_fmt(row.get('sqnr_db'))} |"
                 + (f" error: {row['error']}" if row.get("error") else "")
+            )
+    sweep = sorted(
+        {k[0] for k in rows if k[0].startswith("gru_a@T=")}, key=lambda m: int(m.split("=")[1])
+    )
+    if sweep:
+        decs = [
+            d
+            for d in DECOMPOSITIONS
+            if any((m, "ethos-u55-128", d, "default") in rows for m in sweep)
+        ]
+        out += [
+            "",
+            "## Lowering time against T (gru_a's sizes, ethos-u55-128)",
+            "",
+            "Quantize + export + `to_edge_transform_and_lower` wall seconds, each in a fresh "
+            "process after one warm-up lowering of tiny_gru (so imports are not counted).",
+            "",
+            "| T | "
+            + " | ".join(f"{d} s" for d in decs)
+            + " | "
+            + " | ".join(f"{d} / executorch" for d in decs if d != "executorch")
+            + " |",
+            "|---|" + "---|" * (2 * len(decs) - ("executorch" in decs)),
+        ]
+        for m in sweep:
+            secs = {d: _lower_s(rows.get((m, "ethos-u55-128", d, "default"))) for d in decs}
+            et = secs.get("executorch")
+            ratios = [
+                _fmt(secs[d] / et if secs[d] and et else None, ".2f")
+                for d in decs
+                if d != "executorch"
+            ]
+            out.append(
+                f"| {m.split('=')[1]} | "
+                + " | ".join(_fmt(secs[d]) for d in decs)
+                + " | "
+                + " | ".join(ratios)
+                + " |"
             )
     nonrec = [k for k in rows if k[0] in ("mlp", "convnet")]
     if nonrec:
