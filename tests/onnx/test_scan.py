@@ -56,3 +56,38 @@ def test_runtime_lengths_with_dynamic_steps_are_refused_by_name():
     model, _ = models.build(cfg, name="enc/gru")
     with pytest.raises(SpecError, match="enc/gru.*sequence_lens"):
         rewrite_model(model)
+
+
+@pytest.mark.parametrize(
+    "cfg, body_ops",
+    [  # emitted per step; onnxruntime then fuses Gemm + Sigmoid (GRU) or both (LSTM)
+        (
+            models.Config(op="GRU", linear_before_reset=1, steps=6),
+            {"Gemm": 2, "Sigmoid": 1, "Split": 1, "Mul": 2, "Add": 2, "Tanh": 1, "Sub": 1},
+        ),
+        (
+            models.Config(op="LSTM", steps=6, outputs=(True, True, False)),
+            {"Gemm": 2, "Sigmoid": 1, "Split": 1, "Mul": 3, "Add": 1, "Tanh": 2},
+        ),
+    ],
+    ids=["GRU-lbr1", "LSTM"],
+)
+def test_scan_body_reads_gate_groups_and_outputs_no_copies(cfg, body_ops):
+    """x_t's gate groups arrive as separate scan inputs (split once before the loop) and
+    h' leaves as the two operands of its last op (no Identity per step); results match."""
+    model, feeds = models.build(cfg)
+    scan = rewrite_model(model, strategy="scan")
+    (loop,) = [n for n in scan.graph.node if n.op_type == "Scan"]
+    attrs = {a.name: a for a in loop.attribute}
+    body, scan_inputs = attrs["body"].g, attrs["num_scan_inputs"].i
+    counts: dict = {}
+    for n in body.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    assert counts == body_ops
+    states = 2 if cfg.op == "LSTM" else 1
+    x_pieces = [i.name for i in body.input][states:]
+    assert scan_inputs == len(x_pieces) == 2  # [r|z] and n, or [i|f|o] and g
+    assert not any(n.op_type == "Split" and n.input[0] in x_pieces for n in body.node)
+    assert len(body.output) == states + 2  # the states, then Y's two operands
+    for g, w in zip(run(scan, feeds), run(model, feeds), strict=True):
+        assert_close(g, w)
