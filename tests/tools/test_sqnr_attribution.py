@@ -1,5 +1,6 @@
 """tools/sqnr_attribution on tiny_gru: bypassing no quantize reproduces the converted model,
-bypassing all of them gives fp32 eager, and every activation quantize falls in a role (a rounding one or the re-quantizes after it)."""
+bypassing all of them gives fp32 eager, and every activation quantize falls in a role (a
+rounding one or a re-quantize after it)."""
 
 import numpy as np
 import pytest
