@@ -395,9 +395,16 @@ class FxBuilder(Builder):
         h_shape = self._shape(carried[0])
         if any(self._shape(v) != h_shape for v in carried):
             raise SpecError("scan", "proj_size", "the loop form needs h and c of one shape")
-        key = scan_op.register(scan_op.StepProgram(step, len(carried), reverse))
+        steps, first = self._shape(xs)[0], 0
+        if xs.target is aten.slice.Tensor and xs.args[1] == 0 and len(xs.users) == 0:
+            source, start = xs.args[0], xs.args[2] or 0  # rows of the projection: read them
+            if 0 <= start and start + steps <= self._shape(source)[0]:  # in place, no slice
+                self.graph.erase_node(xs)
+                self.nodes.remove(xs)
+                xs, first = source, start
+        program = scan_op.StepProgram(step, len(carried), reverse, first, steps)
+        key = scan_op.register(program)
         node = self.call(scan_op.OP, xs, carried[0], carried[1] if len(carried) > 1 else None, key)
-        steps = self._shape(xs)[0]
         ys = node if len(carried) == 1 else self.slice(node, 0, 0, steps)
         last = 0 if reverse else steps - 1
         final = [self.squeeze(self.slice(ys, 0, last, last + 1), 0)]

@@ -6,9 +6,11 @@ traces the step into a small GraphModule (a `StepProgram`) and puts one `scan` n
 program, so quantization, `to_edge` and the Arm passes see one node per layer direction. The
 TOSA for the node is written by `scan_tosa` from the step lowered once and copied T times.
 
-    scan(xs [T, B, G], h [B, H], c [B, H] or None, key) -> [T (+1), B, H]
+    scan(xs [T0, B, G], h [B, H], c [B, H] or None, key) -> [T (+1), B, H]
 
-The result holds h after every step in time order (the layer's Y, of which the last step, or
+The steps read rows first .. first + T - 1 of xs (the StepProgram's `first` and `steps`: the
+loop can start after a peeled first step without a sliced copy of the projection). The
+result holds h after every step in time order (the layer's Y, of which the last step, or
 the first when reversed, is h_n), then c_n when the cell carries c. `key` names the
 StepProgram in this process's registry: the node is a lowering-time form, never saved.
 
@@ -40,6 +42,8 @@ class StepProgram:
     step: GraphModule
     num_states: int
     reverse: bool
+    first: int  # the first row of xs the loop reads
+    steps: int  # how many rows it reads
     samples: list = dataclasses.field(default_factory=list)  # tuples of step inputs
     max_samples: int = 4096
     quant_config: Optional[object] = None  # the Arm QuantizationConfig the layer was given
@@ -72,10 +76,10 @@ def program(key: int) -> StepProgram:
 def run(p: StepProgram, xs: torch.Tensor, h: torch.Tensor, c: Optional[torch.Tensor]):
     """The scan's value: every step's h in time order, then c_n if the cell carries c."""
     states = [h] if c is None else [h, c]
-    steps = range(xs.shape[0])
-    ys: list = [None] * xs.shape[0]
+    steps = range(p.steps)
+    ys: list = [None] * p.steps
     for t in reversed(steps) if p.reverse else steps:
-        inputs = (*states, xs[t])
+        inputs = (*states, xs[p.first + t])
         p.record(inputs)
         out = p.step(*inputs)
         states = list(out[: p.num_states]) if isinstance(out, (tuple, list)) else [out]
@@ -90,4 +94,4 @@ def _scan(xs, h, c, key):
 
 @torch.library.register_fake("recurrent_lowering::scan")
 def _scan_fake(xs, h, c, key):
-    return h.new_empty((xs.shape[0] + (0 if c is None else 1), *h.shape))
+    return h.new_empty((program(key).steps + (0 if c is None else 1), *h.shape))

@@ -31,6 +31,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from recurrent_lowering.runtime.quantization import QuantParams
 
 from . import scan_op, step_template
+from .tosa_template import RowView
 
 _EDGE_OP = exir_ops.edge.recurrent_lowering.scan.default
 
@@ -153,15 +154,16 @@ class ScanVisitor(NodeVisitor):
         tpl = step_template.template(program, self.tosa_spec, quantized=bool(in_q))
         w = _Writer(tosa_graph, node.name)
         xs, states0 = inputs[0], [a for a in inputs[1:3] if a.name]
-        steps, rows, width = (int(d) for d in xs.shape)
+        total, rows, width = (int(d) for d in xs.shape)
+        steps, first = program.steps, program.first
         dtype = xs.dtype
 
         def role_quant(role):  # the step's qparams for step input `role`
             return tpl.input_quant[tpl.input_roles.index(role)]
 
         n = program.num_states
-        x2d = w.reshape(xs.name, (steps * rows, width), dtype)
-        x2d = w.rescale(x2d, (steps * rows, width), dtype, in_q.get(0), role_quant(n))
+        x2d = w.reshape(xs.name, (total * rows, width), dtype)
+        x2d = w.rescale(x2d, (total * rows, width), dtype, in_q.get(0), role_quant(n))
         states = [
             w.rescale(a.name, a.shape, a.dtype, in_q.get(1 + i), role_quant(i))
             for i, a in enumerate(states0)
@@ -169,8 +171,11 @@ class ScanVisitor(NodeVisitor):
         ys: list = [None] * steps
         order = range(steps - 1, -1, -1) if program.reverse else range(steps)
         written: set = set()
+        x_role = tpl.input_roles.index(n)
+        view = tpl.tosa.only_sliced(x_role)  # the step slices x_t into gate blocks itself
         for t in order:
-            x_t = w.slice_rows(x2d, t * rows, rows, width, dtype)
+            row = (first + t) * rows
+            x_t = RowView(x2d, row) if view else w.slice_rows(x2d, row, rows, width, dtype)
             step_inputs = [*states, x_t]
             outs = [w.tensor(f"t{t}_out", spec.shape, spec.dtype) for spec in tpl.tosa.outputs]
             tpl.tosa.instantiate(

@@ -24,6 +24,16 @@ _CONST_OPS = (ts.Op.CONST, ts.Op.CONST_SHAPE)
 
 
 @dataclasses.dataclass(frozen=True)
+class RowView:
+    """Stands for a template input that is rows [row, row + its rows) of a 2-D `source`: the
+    template's SLICEs of that input read `source` directly, shifted by `row`, so no copy of
+    the rows is made (Vela turns a SLICE whose result is sliced again into a memory copy)."""
+
+    source: str
+    row: int
+
+
+@dataclasses.dataclass(frozen=True)
 class TensorSpec:
     name: str
     shape: tuple
@@ -94,6 +104,16 @@ class TosaTemplate:
         t = self._tensors[name]
         return TensorSpec(name, tuple(t.shape), t.dtype)
 
+    def only_sliced(self, k: int) -> bool:
+        """True if input k is 2-D and read only by SLICEs (so it can be given as a RowView)."""
+        name = self.inputs[k].name
+        users = [op for op in self.operators if name in list(op.inputs)]
+        return (
+            len(self.inputs[k].shape) == 2
+            and bool(users)
+            and all(op.op == ts.Op.SLICE and list(op.inputs)[0] == name for op in users)
+        )
+
     def compute_ops(self) -> int:
         return sum(1 for op in self.operators if op.op not in _CONST_OPS)
 
@@ -109,7 +129,8 @@ class TosaTemplate:
         """Write one copy into `tosa_graph` (a ts.TosaSerializer being built).
 
         `inputs` / `outputs` name existing tensors of `tosa_graph` that take the places of the
-        template's inputs / outputs (the caller creates them); every other tensor is renamed
+        template's inputs / outputs (the caller creates them); an input may instead be a
+        RowView (for inputs with `only_sliced`). Every other tensor is renamed
         `prefix + name`, constants `constants_prefix + name` and written once (their names are
         recorded in `constants_written`)."""
         if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
@@ -117,11 +138,12 @@ class TosaTemplate:
                 f"template has {len(self.inputs)} inputs / {len(self.outputs)} outputs, "
                 f"got {len(inputs)} / {len(outputs)}"
             )
-        names = {t.name: n for t, n in zip(self.inputs, inputs)}
+        views = {t.name: v for t, v in zip(self.inputs, inputs) if isinstance(v, RowView)}
+        names = {t.name: n for t, n in zip(self.inputs, inputs) if t.name not in views}
         names.update({t.name: n for t, n in zip(self.outputs, outputs)})
         block = tosa_graph.currRegion.currBasicBlock
         for name, t in self._tensors.items():
-            if name in names:
+            if name in names or name in views:
                 continue
             if name in self.constants:
                 names[name] = constants_prefix + name
@@ -141,6 +163,14 @@ class TosaTemplate:
                 if outs[0] in constants_written:
                     continue
                 constants_written.update(outs)
-            block.addOperator(
-                op.op, [names[n] for n in op.inputs], outs, _copy_attribute(op.attributes)
-            )
+            ins = list(op.inputs)
+            view = views.get(ins[0]) if op.op == ts.Op.SLICE else None
+            if view is not None:  # SLICE(view, start, size) -> SLICE(source, start + row, size)
+                start = _values(self._shapes[ins[1]].data, ts.DType.SHAPE)
+                start[0] += view.row
+                shifted = prefix + ins[1] + "_rows"
+                tosa_graph.addConst([len(start)], ts.DType.SHAPE, start.tolist(), name=shifted)
+                ins = [view.source, shifted, names[ins[2]]]
+            else:
+                ins = [names[n] for n in ins]
+            block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))
