@@ -1,8 +1,8 @@
 """Where does INT8 error enter? Per-tensor attribution on the fake-quantized torch model.
 
     PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.sqnr_attribution \
-        --models=gru_a,lstm_a,rnn_tanh_a --decompositions=ours,executorch \
-        --out=/tmp/sqnr_attribution.json
+        --models=gru_a,lstm_a,rnn_tanh_a --decompositions=ours,executorch --num_inputs=6 \
+        --out=docs/sqnr_attribution.json
 
 The PT2E-converted GraphModule (quantize/dequantize around every value, weights as int8
 constants with a dequantize) run in torch reproduces the TOSA reference model's SQNR within a
@@ -16,7 +16,11 @@ a gate pre-activation; every timestep's copy is one role). For every role two fi
          the noise it alone injects, propagated to the output;
   float: SQNR with everything quantized but that role: what removing it would gain.
 
-Plus `weights only` (activations float) and `activations only` (weights float).
+Plus `weights only` (activations float), `activations only` (weights float) and the
+program I/O + weights ceiling (what ExecuTorch's flow quantizes identically). One input's 16
+outputs make a noisy figure (+-3 dB across inputs), so noise and signal are summed over
+--num_inputs inputs (input 0 is the benchmark's; each calibrates its own quantization, as the
+benchmark does); the benchmark input's own figure is printed in parentheses.
 """
 
 from __future__ import annotations
@@ -52,23 +56,14 @@ def _is(node, what: str) -> bool:
     return node.op == "call_function" and _name(node) == what
 
 
-def _source(node):
-    """The compute node behind a dequantized value (through q/dq and data movement)."""
-    while node.op == "call_function" and (_is(node, _Q) or _is(node, _DQ) or _name(node) in _MOVES):
-        node = node.args[0]
-        if isinstance(node, (list, tuple)):
-            node = node[0]
-    return node
-
-
-def _consumers(node, depth: int = 0) -> list:
+def _consumers(node) -> list:
     """Compute ops reading `node`'s value (through q/dq and data movement)."""
     out = []
     for u in node.users:
         if u.op == "output":
             out.append("output")
         elif _is(u, _Q) or _is(u, _DQ) or _name(u) in _MOVES:
-            out.extend(_consumers(u, depth))
+            out.extend(_consumers(u))
         else:
             out.append(_name(u))
     return out
