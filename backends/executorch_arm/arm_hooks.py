@@ -70,6 +70,7 @@ def strategy_for(requested: str, keep_recurrent_on_cpu: bool = False) -> str:
 class _QuantizerHook:
     strategy = "auto"
     emission = PLAIN
+    state_bits = 8  # 16: loop-form steps keep int16 state and gate arithmetic (int8 around)
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         DecomposeRecurrentPass(tfa_pass=True, strategy=self.strategy, emission=self.emission)(model)
@@ -77,7 +78,12 @@ class _QuantizerHook:
 
     def annotate(self, model: GraphModule) -> GraphModule:
         model = super().annotate(model)
-        annotate_scans(model.graph, self.global_config)
+        step_config = None
+        if self.state_bits == 16:
+            from executorch.backends.arm.quantizer import arm_quantizer
+
+            step_config = arm_quantizer.get_symmetric_a16w8_quantization_config(is_per_channel=True)
+        annotate_scans(model.graph, self.global_config, step_config)
         return model
 
 
@@ -148,14 +154,18 @@ class RecurrentEthosUPartitioner(_PartitionerHook, EthosUPartitioner):
     """EthosUPartitioner that decomposes GRU/LSTM/RNN with recurrent_lowering before to_edge."""
 
 
-def create_quantizer(compile_spec, emission: Emission = PLAIN, strategy: str = "auto"):
+def create_quantizer(
+    compile_spec, emission: Emission = PLAIN, strategy: str = "auto", state_bits: int = 8
+):
     if isinstance(compile_spec, TosaCompileSpec):
         quantizer = RecurrentTOSAQuantizer(compile_spec)
     elif isinstance(compile_spec, EthosUCompileSpec):
         quantizer = RecurrentEthosUQuantizer(compile_spec)
     else:
         raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
-    quantizer.emission, quantizer.strategy = emission, strategy
+    if state_bits not in (8, 16):
+        raise ValueError(f"state_bits must be 8 or 16, got {state_bits}")
+    quantizer.emission, quantizer.strategy, quantizer.state_bits = emission, strategy, state_bits
     return quantizer
 
 

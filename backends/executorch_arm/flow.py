@@ -191,7 +191,12 @@ DECOMPOSITIONS = ("ours", "executorch")
 
 
 def _factories(
-    decomposition: str, target: str, quantizer_factory, partitioner_factory, strategy="auto"
+    decomposition: str,
+    target: str,
+    quantizer_factory,
+    partitioner_factory,
+    strategy="auto",
+    state_bits=8,
 ):
     """(quantizer factory, partitioner factory) for `decomposition`, explicit ones kept."""
     if decomposition == "executorch":
@@ -206,7 +211,8 @@ def _factories(
 
     emission = arm_hooks.emission_options(target)
     return (
-        quantizer_factory or (lambda spec: arm_hooks.create_quantizer(spec, emission, strategy)),
+        quantizer_factory
+        or (lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits)),
         partitioner_factory
         or (lambda spec: arm_hooks.create_partitioner(spec, emission=emission, strategy=strategy)),
     )
@@ -227,6 +233,7 @@ def lower(
     decomposition: str = "ours",
     activations: str = "int8",
     strategy: str = "auto",
+    state_bits: int = 8,
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
@@ -239,12 +246,13 @@ def lower(
     int16 (weights stay int8; Ethos-U85 and TOSA INT targets). `strategy` writes recurrent
     layers "unrolled" (one set of ops per step), as a "scan" (one node per layer direction,
     its step lowered once and copied per step into the TOSA: scan_op, scan_tosa) or "auto"
-    (decompose.resolve_strategy: unrolled for short sequences).
+    (decompose.resolve_strategy: unrolled for short sequences). `state_bits=16` keeps the
+    loop form's steps (state and gate arithmetic) in int16 while the rest stays int8.
     """
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     quantizer_factory, partitioner_factory = _factories(
-        decomposition, target, quantizer_factory, partitioner_factory, strategy
+        decomposition, target, quantizer_factory, partitioner_factory, strategy, state_bits
     )
 
     example_inputs = tuple(example_inputs)

@@ -47,6 +47,7 @@ class StepProgram:
     samples: list = dataclasses.field(default_factory=list)  # tuples of step inputs
     max_samples: int = 4096
     quant_config: Optional[object] = None  # the Arm QuantizationConfig the layer was given
+    step_config: Optional[object] = None  # the step's own config (int16 state), else quant_config
     templates: dict = dataclasses.field(default_factory=dict)  # scan_tosa's cache
 
     def record(self, inputs: tuple) -> None:

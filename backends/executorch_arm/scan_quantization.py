@@ -19,8 +19,10 @@ from . import scan_op
 _Q_KEY = "quantization_annotation"
 
 
-def annotate_scans(graph: Graph, config) -> int:
-    """Annotate every scan node with `config` (an Arm QuantizationConfig); returns how many."""
+def annotate_scans(graph: Graph, config, step_config=None) -> int:
+    """Annotate every scan node with `config` (an Arm QuantizationConfig); returns how many.
+    `step_config` quantizes the step itself differently (e.g. int16 activations: the state
+    and the gate arithmetic in int16 while the layer's inputs and outputs stay int8)."""
     if config is None:
         return 0
     count = 0
@@ -33,6 +35,7 @@ def annotate_scans(graph: Graph, config) -> int:
         custom = node.meta.get("custom", {})
         custom[ArmAnnotationInfo.CUSTOM_META_KEY] = dict(ArmAnnotationInfo(quantized=True))
         node.meta["custom"] = custom
-        scan_op.program(node.args[3]).quant_config = config
+        program = scan_op.program(node.args[3])
+        program.quant_config, program.step_config = config, step_config
         count += 1
     return count

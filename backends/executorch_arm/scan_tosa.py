@@ -67,6 +67,13 @@ def _quant(q) -> Optional[QuantParams]:
     return QuantParams(float(q.scale), int(q.zp), int(q.qmin), int(q.qmax), dtype)
 
 
+_DTYPES = {"int8": ts.DType.INT8, "int16": ts.DType.INT16}
+
+
+def _dtype_of(q, default):
+    return _DTYPES[q.dtype] if q is not None else default
+
+
 class _Writer:
     """Names and writes the few glue operators around the step copies."""
 
@@ -116,16 +123,18 @@ class _Writer:
         return out
 
     def rescale(self, x: str, shape, dtype, q_in: QuantParams, q_out: QuantParams) -> str:
-        """x requantized from q_in to q_out (or x itself when they are equal)."""
+        """x requantized from q_in to q_out (or x itself when they are equal); the element
+        type follows the qparams (int8 <-> int16 when the step keeps int16 state)."""
         if q_in is None or q_out is None or q_in == q_out:
             return x
+        d_in, dtype = _DTYPES[q_in.dtype], _DTYPES[q_out.dtype]
         out = self.tensor("rescale", shape, dtype)
         multiplier, shift = _multiplier_shift(q_in.scale / q_out.scale)
         consts = []
         for what, d, v in (
             ("mult", ts.DType.INT32, multiplier),
             ("shift", ts.DType.INT8, shift),
-            ("in_zp", dtype, q_in.zero_point),
+            ("in_zp", d_in, q_in.zero_point),
             ("out_zp", dtype, q_out.zero_point),
         ):
             name = self.name(what)
@@ -164,6 +173,7 @@ class ScanVisitor(NodeVisitor):
         n = program.num_states
         x2d = w.reshape(xs.name, (total * rows, width), dtype)
         x2d = w.rescale(x2d, (total * rows, width), dtype, in_q.get(0), role_quant(n))
+        dtype = _dtype_of(role_quant(n), dtype)  # the step's x_t type (int16 state: int16)
         states = [
             w.rescale(a.name, a.shape, a.dtype, in_q.get(1 + i), role_quant(i))
             for i, a in enumerate(states0)
@@ -190,8 +200,9 @@ class ScanVisitor(NodeVisitor):
             ys[t] = states[0]
         state_q = [tpl.output_quant[tpl.output_roles.index(i)] for i in range(n)]
         hidden = int(output.shape[-1])
-        parts = [w.concat(ys, 0, (steps * rows, hidden), output.dtype)]
-        parts = [w.rescale(parts[0], (steps * rows, hidden), output.dtype, state_q[0], out_q)]
+        state_dtype = _dtype_of(state_q[0], output.dtype)
+        parts = [w.concat(ys, 0, (steps * rows, hidden), state_dtype)]
+        parts = [w.rescale(parts[0], (steps * rows, hidden), state_dtype, state_q[0], out_q)]
         for i in range(1, n):  # c_n after Y
             parts.append(w.rescale(states[i], (rows, hidden), output.dtype, state_q[i], out_q))
         total = steps * rows + (n - 1) * rows

@@ -61,7 +61,7 @@ def _quantize(program: scan_op.StepProgram, compile_spec, example: tuple):
     if not program.samples:
         raise StepLoweringError("the scan was never run eagerly, so its step has no calibration")
     base = TOSAQuantizer(compile_spec)
-    base.set_global(program.quant_config)
+    base.set_global(program.step_config or program.quant_config)
     quantizer = _StepStateQuantizer(base, program.num_states)
     ep = torch.export.export(program.step, example)
     prepared = prepare_pt2e(ep.module(), quantizer)
