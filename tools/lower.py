@@ -26,7 +26,13 @@ flags.DEFINE_string("vela_summary", None, "Ethos-U targets: also write Vela's su
 flags.DEFINE_string("calibration", None, ".npz of input samples for quantization and numerics")
 flags.DEFINE_bool("keep_recurrent_on_cpu", False, "leave recurrent layers on the CPU")
 flags.DEFINE_enum("emission", "auto", ["auto", "unrolled", "loop"], "recurrent emission form")
-flags.DEFINE_enum("quantization", "int8", ["int8", "int16"], "activation precision on INT targets")
+flags.DEFINE_enum(
+    "quantization",
+    "int8",
+    ["int8", "int16", "int16_state"],
+    "INT targets: int8 or int16 activations, or int8 with the recurrent steps (state and gate "
+    "arithmetic) in int16 (loop form)",
+)
 flags.DEFINE_enum(
     "onnx_activation_defaults",
     "onnxruntime",

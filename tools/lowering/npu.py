@@ -105,10 +105,12 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
 def _flow_target(options, target: str) -> str:
     """The flow's target: --quantization int16 needs the TOSA int16 extension, which every
     Ethos-U compile spec has and TOSA-1.0+INT gets as TOSA-1.0+INT+int16."""
-    if options.quantization != "int16":
+    if options.quantization == "int8":
         return target
     if target == "TOSA-1.0+FP":
-        raise LoweringError("--quantization int16 applies to INT targets, not TOSA-1.0+FP")
+        raise LoweringError(
+            f"--quantization {options.quantization} applies to INT targets, not TOSA-1.0+FP"
+        )
     return "TOSA-1.0+INT+int16" if target == "TOSA-1.0+INT" else target
 
 
@@ -123,6 +125,14 @@ def _arm_factories(options, target: str):
     emission = arm_hooks.emission_options(target)
     keep = options.keep_recurrent_on_cpu
     strategy = arm_hooks.strategy_for(options.strategy, keep_recurrent_on_cpu=keep)
+    state_bits = 8
+    if options.quantization == "int16_state":
+        if keep or strategy == "unrolled":
+            raise LoweringError(
+                "--quantization int16_state keeps the loop form's steps in int16; it cannot "
+                "be combined with --emission unrolled or --keep_recurrent_on_cpu"
+            )
+        strategy, state_bits = "scan", 16
     partitioners = []
 
     def partitioner_factory(spec):
@@ -134,7 +144,7 @@ def _arm_factories(options, target: str):
         return partitioners[-1]
 
     quantizer_factory = rq.quantizer_factory(
-        lambda spec: arm_hooks.create_quantizer(spec, emission, strategy),
+        lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits),
         keep_recurrent_on_cpu=keep,
     )
     return quantizer_factory, partitioner_factory, partitioners
@@ -198,7 +208,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
                     calibration_inputs=calibration,
                     quantizer_factory=quantizer_factory,
                     partitioner_factory=partitioner_factory,
-                    activations=options.quantization,
+                    activations="int16" if options.quantization == "int16" else "int8",
                 )
             except flow.FlowError as e:
                 raise LoweringError(str(e)) from e

@@ -31,7 +31,7 @@ TARGETS = ("aten", "onnx", *TOSA_TARGETS, *ETHOS_U_TARGETS)
 @dataclasses.dataclass
 class Options:
     strategy: str = "auto"  # auto | unrolled | scan (--emission loop)
-    quantization: str = "int8"  # int8 | int16 (activations)
+    quantization: str = "int8"  # int8 | int16 (activations) | int16_state (loop-form steps)
     calibration: pathlib.Path | None = None
     keep_recurrent_on_cpu: bool = False
     activation_defaults: str = "onnxruntime"  # onnxruntime | spec (ONNX inputs)
