@@ -356,6 +356,31 @@ def render(rows: dict, command: str, loads: list) -> str:
             f"ExecuTorch baseline vs ANCHORS.md's cycles: {len(check)} rows, "
             + ("all identical." if same else f"differences: {[c for c in check if c[2] != c[3]]}"),
         ]
+    loops = [k for k in rows if k[2] in ("ours-loop", "ours-unrolled") and "@" not in k[0]]
+    if loops:
+        out += [
+            "",
+            "## The other emission, forced (`--emission loop` / `unrolled`)",
+            "",
+            "The main table's *ours* is `auto`: unrolled up to 32 steps, the loop form beyond "
+            "(docs/arm_loop_form.md). Here the other form, same models and targets.",
+            "",
+            "| model | target | emission | cycles | vs ET | SQNR dB | lowering s (CPU s) | "
+            "edge nodes | TOSA ops |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for key in sorted(loops):
+            row = rows[key]
+            c = _cycles(row)
+            base = _cycles(rows.get((key[0], key[1], "executorch", "default")))
+            base = base or ANCHORS_ET_CYCLES.get((key[0], key[1]))
+            out.append(
+                f"| {key[0]} | {key[1]} | {key[2][len('ours-') :]} | {_fmt_int(c)} | "
+                f"{_fmt(c / base if c and base else None, '.3f')} | {_fmt(row.get('sqnr_db'))} | "
+                f"{_fmt(_lower_s(row))} ({_fmt(row.get('cpu_s'))}) | "
+                f"{row.get('edge_nodes', '-')} | {row.get('tosa_ops', '-')} |"
+                + (f" error: {row['error']}" if row.get("error") else "")
+            )
     variants = [k for k in rows if k[3] != "default"]
     if variants:
         out += [
