@@ -299,7 +299,9 @@ def render(rows: dict, command: str, loads: list) -> str:
         "",
         '- *ours*: `flow.lower(..., decomposition="ours")` (the default; what `//tools:lower` '
         "uses): recurrent_lowering's passes in ExecuTorch's slots, emission chosen per target "
-        "(`arm_hooks.emission_options`). *ET*: ExecuTorch 1.5.1's own DecomposeGru/Lstm/RnnPass.",
+        '(`arm_hooks.emission_options`), `strategy="auto"`: unrolled up to 32 steps per layer '
+        "stack, the loop form beyond (docs/arm_loop_form.md). *ET*: ExecuTorch 1.5.1's own "
+        "DecomposeGru/Lstm/RnnPass.",
         "- Cycles: Vela 5.1.0 estimates, ExecuTorch's default system config and memory mode per "
         "target (U55: Ethos_U55_High_End_Embedded, Shared_Sram; U85: Ethos_U85_SYS_DRAM_Mid, "
         "Sram_Only). Deterministic.",
