@@ -43,7 +43,11 @@ flags.DEFINE_list(
 flags.DEFINE_list(
     "sweep_t", [], "lowering-time sweep: gru_a at these T (e.g. 25,50,100,200), ethos-u55-128"
 )
-flags.DEFINE_list("variants", [], "extra rows: sram_only (U55), int16 (U85, TOSA INT)")
+flags.DEFINE_list(
+    "variants",
+    [],
+    "extra rows: sram_only (U55), int16 (U85, TOSA INT), int16_state (U55, with ours-loop)",
+)
 flags.DEFINE_bool("non_recurrent", False, "time a small MLP and conv net with/without our passes")
 flags.DEFINE_string("out", "docs/arm_benchmark.md", "Markdown output")
 flags.DEFINE_string("json", "/tmp/arm_benchmark.jsonl", "JSON lines, one row per measurement")
@@ -158,6 +162,8 @@ def measure(model: str, target: str, decomposition: str, variant: str, work: pat
         kwargs["memory_mode"] = "Sram_Only"
     elif variant == "int16":
         kwargs["activations"] = "int16"
+    elif variant == "int16_state":  # int8 program, loop-form steps in int16
+        kwargs["state_bits"] = 16
     elif variant != "default":
         raise ValueError(f"unknown variant {variant!r}")
     out = work / f"{model}_{target}_{decomposition}_{variant}"
@@ -245,7 +251,11 @@ def _plan() -> list[tuple]:
             for dec in FLAGS.decompositions:
                 keys.append((model, target, dec, "default"))
         for variant in FLAGS.variants:
-            targets = {"sram_only": ["ethos-u55-128"], "int16": ["ethos-u85-256"]}[variant]
+            targets = {
+                "sram_only": ["ethos-u55-128"],
+                "int16": ["ethos-u85-256"],
+                "int16_state": ["ethos-u55-128"],
+            }[variant]
             for target in targets:
                 for dec in FLAGS.decompositions:
                     keys.append((model, target, dec, variant))
