@@ -21,7 +21,7 @@ TosaSource = Union[bytes, bytearray, str, os.PathLike]
 
 _DTYPE_NAMES = {v: k for k, v in vars(DType).items() if not k.startswith("_")}
 _OP_NAMES = {v: k for k, v in vars(Op).items() if not k.startswith("_")}
-_NUMPY_DTYPES = {
+NUMPY_DTYPES = {  # TOSA element type name -> numpy dtype
     "BOOL": np.bool_,
     "INT8": np.int8,
     "INT16": np.int16,
@@ -45,9 +45,9 @@ class TensorInfo:
 
     @property
     def numpy_dtype(self) -> np.dtype:
-        if self.tosa_dtype not in _NUMPY_DTYPES:
+        if self.tosa_dtype not in NUMPY_DTYPES:
             raise ValueError(f"tensor {self.name}: no numpy type for TOSA type {self.tosa_dtype}")
-        return np.dtype(_NUMPY_DTYPES[self.tosa_dtype])
+        return np.dtype(NUMPY_DTYPES[self.tosa_dtype])
 
 
 def load_bytes(source: TosaSource) -> bytes:

@@ -82,8 +82,7 @@ def run(p: StepProgram, xs: torch.Tensor, h: torch.Tensor, c: Optional[torch.Ten
     for t in reversed(steps) if p.reverse else steps:
         inputs = (*states, xs[p.first + t])
         p.record(inputs)
-        out = p.step(*inputs)
-        states = list(out[: p.num_states]) if isinstance(out, (tuple, list)) else [out]
+        states = list(p.step(*inputs))  # the traced step returns its new states as a tuple
         ys[t] = states[0]
     return torch.stack(ys + states[1:], 0)
 

@@ -10,7 +10,6 @@ input with no requantization, exactly as a streaming model feeds h_n back as h0.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Optional
 
 import torch
@@ -31,7 +30,6 @@ class StepTemplate:
     input_quant: list  # QuantParams | None per template input
     output_roles: list  # template output k -> step output index (the new states)
     output_quant: list
-    seconds: float  # wall time of the step's quantization and lowering
 
 
 class _StepStateQuantizer(RecurrentStateQuantizer):
@@ -78,7 +76,6 @@ def lower(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTempl
 
     from .flow import _io_mapping
 
-    t0 = time.perf_counter()
     spec = TosaCompileSpec(tosa_spec)
     example = _example(program)
     module = _quantize(program, spec, example) if quantized else program.step
@@ -106,7 +103,6 @@ def lower(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTempl
         input_quant=list(input_quant),
         output_roles=out_roles,
         output_quant=list(output_quant),
-        seconds=time.perf_counter() - t0,
     )
 
 

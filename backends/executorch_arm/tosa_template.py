@@ -20,6 +20,8 @@ from typing import Sequence
 import numpy as np
 import tosa_serializer as ts
 
+from recurrent_lowering.runtime import tosa_flatbuffer
+
 _CONST_OPS = (ts.Op.CONST, ts.Op.CONST_SHAPE)
 
 
@@ -40,17 +42,6 @@ class TensorSpec:
     dtype: object  # ts.DType
 
 
-_NUMPY = {
-    "BOOL": np.bool_,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "SHAPE": np.int64,
-}
-
-
 def _values(raw, dtype) -> np.ndarray:
     """The element values of a tensor's serialized bytes (the serializer reads back bytes but
     takes values when writing)."""
@@ -60,9 +51,9 @@ def _values(raw, dtype) -> np.ndarray:
         b = np.frombuffer(raw, np.uint8).reshape(-1, 6).astype(np.int64)
         v = sum(b[:, k] << (8 * k) for k in range(6))
         return np.where(v >= 1 << 47, v - (1 << 48), v)
-    if name not in _NUMPY:
+    if name not in tosa_flatbuffer.NUMPY_DTYPES:
         raise ValueError(f"cannot copy a constant of TOSA type {name}")
-    return np.frombuffer(raw, _NUMPY[name]).copy()
+    return np.frombuffer(raw, tosa_flatbuffer.NUMPY_DTYPES[name]).copy()
 
 
 def _copy_attribute(attr) -> "ts.TosaSerializerAttribute":
@@ -113,9 +104,6 @@ class TosaTemplate:
             and bool(users)
             and all(op.op == ts.Op.SLICE and list(op.inputs)[0] == name for op in users)
         )
-
-    def compute_ops(self) -> int:
-        return sum(1 for op in self.operators if op.op not in _CONST_OPS)
 
     def instantiate(
         self,
