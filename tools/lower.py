@@ -39,6 +39,13 @@ flags.DEFINE_enum(
     ["onnxruntime", "spec"],
     "defaults for omitted ONNX activation alpha/beta: onnxruntime's or the ONNX spec's",
 )
+flags.DEFINE_enum(
+    "onnx_tune_for",
+    "portable",
+    ["portable", "onnxruntime"],
+    "--target onnx: plain ops for any runtime, or the forms onnxruntime runs fastest at "
+    "batch 1 (Scan, loop weights not prepacked)",
+)
 
 
 def _path_or_none(arg: str | None):
@@ -55,9 +62,15 @@ def run(argv: list[str]) -> dict:
         calibration=_path_or_none(FLAGS.calibration),
         keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,
         activation_defaults=FLAGS.onnx_activation_defaults,
+        tune_for=FLAGS.onnx_tune_for,
         tosa_output=_path_or_none(FLAGS.tosa_output),
         vela_summary=_path_or_none(FLAGS.vela_summary),
     )
+    if options.tune_for != "portable" and FLAGS.target != "onnx":
+        raise LoweringError(
+            f"--onnx_tune_for {options.tune_for} shapes a rewritten .onnx for that runtime; "
+            f"it applies to --target onnx, not {FLAGS.target}"
+        )
     source = model_source.load(argv[1])
     output = model_source.resolve_path(
         FLAGS.output or targets.default_output_name(source.name, FLAGS.target)

@@ -26,18 +26,29 @@ from onnx import TensorProto, helper, numpy_helper
 
 from recurrent_lowering.backends.onnx.rewrite import rewrite_model
 
-CONFIGS = [  # (label, op, input_size, hidden_size, linear_before_reset)
-    ("GRU I64/H128", "GRU", 64, 128, 1),
-    ("GRU I256/H256", "GRU", 256, 256, 1),
-    ("GRU I256/H256 lbr=0", "GRU", 256, 256, 0),
-    ("GRU I512/H512", "GRU", 512, 512, 1),
-    ("LSTM I256/H256", "LSTM", 256, 256, 0),
+CONFIGS = [  # (label, op, input_size, hidden_size, linear_before_reset, batch)
+    ("GRU I64/H128", "GRU", 64, 128, 1, 1),
+    ("GRU I256/H256", "GRU", 256, 256, 1, 1),
+    ("GRU I256/H256 lbr=0", "GRU", 256, 256, 0, 1),
+    ("GRU I512/H512", "GRU", 512, 512, 1, 1),
+    ("LSTM I256/H256", "LSTM", 256, 256, 0, 1),
+    ("GRU I256/H256 batch 8", "GRU", 256, 256, 1, 8),
+    ("LSTM I256/H256 batch 8", "LSTM", 256, 256, 0, 8),
 ]
+# Rewrites measured against the native op: (name, rewrite_model options).
+VARIANTS = (
+    ("unrolled", {"strategy": "unrolled", "linear_mode": "gemm"}),
+    ("unrolled_mm", {"strategy": "unrolled", "linear_mode": "matmul"}),
+    ("scan", {"strategy": "scan", "linear_mode": "gemm"}),
+    ("scan_mm", {"strategy": "scan", "linear_mode": "matmul"}),
+    ("ort", {"tune_for": "onnxruntime"}),
+)
+NAMES = tuple(name for name, _ in VARIANTS)
 STEPS = 100
 GATES = {"GRU": 3, "LSTM": 4, "RNN": 1}
 
 
-def model(op: str, input_size: int, hidden: int, lbr: int, steps: int = STEPS):
+def model(op: str, input_size: int, hidden: int, lbr: int, batch: int = 1, steps: int = STEPS):
     """One native node, weights uniform(-0.2, 0.2) from seed 0, outputs Y and Y_h."""
     rng = np.random.default_rng(0)
     g = GATES[op]
@@ -57,10 +68,10 @@ def model(op: str, input_size: int, hidden: int, lbr: int, steps: int = STEPS):
     graph = helper.make_graph(
         [node],
         "bench",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, 1, input_size])],
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, batch, input_size])],
         [
-            helper.make_tensor_value_info("Y", TensorProto.FLOAT, [steps, 1, 1, hidden]),
-            helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, 1, hidden]),
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, [steps, 1, batch, hidden]),
+            helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, batch, hidden]),
         ],
         inits,
     )
@@ -327,6 +338,10 @@ def step_breakdown(op: str = "GRU", inp: int = 256, hidden: int = 256, runs: int
         f"native {op}": (native, x),
         f"rewritten {op} (unrolled)": (rewrite_model(native, strategy="unrolled"), x),
         f"rewritten {op} (scan)": (rewrite_model(native, strategy="scan"), x),
+        f"rewritten {op} (tune_for onnxruntime)": (
+            rewrite_model(native, tune_for="onnxruntime"),
+            x,
+        ),
         "hoisted projection alone": (projection, x),
         f"recurrent product alone: Gemm [1,{hidden}]x[{hidden},{g * hidden}] + Split": products(
             [g * hidden]
@@ -349,17 +364,12 @@ def main(argv=None) -> int:
 
     rows, profiles = [], []
     load_start, probe = os.getloadavg()[0], gemv_probe_us()
-    for label, op, inp, hidden, lbr in CONFIGS:
-        native = model(op, inp, hidden, lbr)
-        x = np.random.default_rng(1).uniform(-1, 1, (STEPS, 1, inp)).astype(np.float32)
+    for label, op, inp, hidden, lbr, batch in CONFIGS:
+        native = model(op, inp, hidden, lbr, batch)
+        x = np.random.default_rng(1).uniform(-1, 1, (STEPS, batch, inp)).astype(np.float32)
         feeds = {"X": x}
-        variants = {
-            "native": native,
-            "unrolled": rewrite_model(native, strategy="unrolled", linear_mode="gemm"),
-            "unrolled_mm": rewrite_model(native, strategy="unrolled", linear_mode="matmul"),
-            "scan": rewrite_model(native, strategy="scan", linear_mode="gemm"),
-            "scan_mm": rewrite_model(native, strategy="scan", linear_mode="matmul"),
-        }
+        variants = {"native": native}
+        variants.update((name, rewrite_model(native, **opts)) for name, opts in VARIANTS)
         want = _session(native).run(None, feeds)
         for name, m in variants.items():
             for g, w in zip(_session(m).run(None, feeds), want):
@@ -383,10 +393,11 @@ def main(argv=None) -> int:
             + f", scan/native {statistics.median(spread['scan']):.2f}x"
             + f"; p10 unrolled {statistics.median(low['unrolled']):.2f}x"
             + f" scan {statistics.median(low['scan']):.2f}x"
+            + f" ort {statistics.median(low['ort']):.2f}x"
             + f", {sum(emitted.values())} nodes emitted, {sum(ran.values())} after ORT",
             flush=True,
         )
-        if args.profile:
+        if args.profile and batch == 1:
             profiles.append((label, profile_per_step(variants["unrolled"], feeds)))
 
     load = os.getloadavg()[0]
@@ -394,7 +405,7 @@ def main(argv=None) -> int:
     lines = [
         "# onnxruntime: rewritten recurrent nodes vs the native op",
         "",
-        f"onnxruntime {ort.__version__}, batch 1, fp32, T={STEPS}, one thread "
+        f"onnxruntime {ort.__version__}, batch 1 unless stated, fp32, T={STEPS}, one thread "
         "(the same SessionOptions for native and rewritten: intra_op_num_threads=1, "
         "inter_op_num_threads=1, ORT_SEQUENTIAL, ORT_ENABLE_ALL, everything else default, "
         f"so weights are prepacked), {args.runs} runs per variant after 20 warm-up runs, "
@@ -412,7 +423,10 @@ def main(argv=None) -> int:
         "Variants: `unrolled` (one set of ops per step; steps are rank 2, so each product is",
         "one Gemm with its bias or x_t as C), `unrolled_mm` (MatMul+Add always), `scan`",
         "(ONNX Scan, same step ops; x_t's gate groups are split before the loop and h' is",
-        "recombined after it from two scan outputs), `scan_mm` (MatMul+Add).",
+        "recombined after it from two scan outputs), `scan_mm` (MatMul+Add), `ort`",
+        '(`rewrite_model(tune_for="onnxruntime")`, `--tune_for onnxruntime` in the CLI: Scan,',
+        "its weights read through Optional -> OptionalGetElement so that onnxruntime does not",
+        "prepack them).",
         "Each cell: median thread CPU time / best wall time, in ms; ratios to native use CPU",
         "time (with one intra-op thread every kernel runs on the calling thread, so CPU time",
         "leaves out time spent preempted on a shared machine). "
@@ -422,13 +436,14 @@ def main(argv=None) -> int:
         f"{os.cpu_count()} cores. Machine probe: one numpy [1,256]x[256,768] float32 product "
         f"takes {probe:.1f} us of thread CPU (best of 10 x 2000).",
         "",
-        "| config | native | unrolled | ratio | unrolled_mm | ratio | scan | ratio | scan_mm "
-        "| ratio | nodes/step emitted | after ORT fusions |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| config | native | "
+        + " | ".join(f"{k} | ratio" for k in NAMES)
+        + " | nodes/step emitted | after ORT fusions |",
+        "|---|---|" + "---|---|" * len(NAMES) + "---|---|",
     ]
     for label, ms, spread, emitted, ran, _ in rows:
         cells = [f"{ms['native'][0]:.3f} / {ms['native'][1]:.3f}"]
-        for k in ("unrolled", "unrolled_mm", "scan", "scan_mm"):
+        for k in NAMES:
             ratio = f"{statistics.median(spread[k]):.2f}x"
             if len(spread[k]) > 1:
                 ratio += f" ({min(spread[k]):.2f}-{max(spread[k]):.2f})"
@@ -443,12 +458,12 @@ def main(argv=None) -> int:
         "The same runs, ratios of the 10th percentile of thread CPU time (the runs least",
         "disturbed by other jobs; median over repeats, min-max in brackets):",
         "",
-        "| config | unrolled | unrolled_mm | scan | scan_mm |",
-        "|---|---|---|---|---|",
+        "| config | " + " | ".join(NAMES) + " |",
+        "|---|" + "---|" * len(NAMES),
     ]
     for label, _, _, _, _, low in rows:
         cells = []
-        for k in ("unrolled", "unrolled_mm", "scan", "scan_mm"):
+        for k in NAMES:
             cell = f"{statistics.median(low[k]):.2f}x"
             if len(low[k]) > 1:
                 cell += f" ({min(low[k]):.2f}-{max(low[k]):.2f})"

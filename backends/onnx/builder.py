@@ -75,6 +75,9 @@ class ConstantPool:
             self._by_value[key] = name
         return name
 
+    def __contains__(self, name: str) -> bool:
+        return any(t.name == name for t in self.initializers)
+
 
 def _broadcast(shapes):
     if any(s is None for s in shapes):
@@ -98,6 +101,8 @@ class OnnxBuilder(Builder):
 
     linear_mode: "gemm" uses Gemm for rank-2 inputs (one node for x @ W.T + b);
     "matmul" always uses MatMul (+ Add).
+    unpack_loop_weights: a Scan body's constant product weights are read through
+    Optional -> OptionalGetElement (opset 15+), see `_unpacked_loop_weights`.
     """
 
     capabilities = frozenset({SELECT, SCAN})
@@ -113,6 +118,7 @@ class OnnxBuilder(Builder):
         names: Names,
         pool: Optional[ConstantPool] = None,
         linear_mode: str = "gemm",
+        unpack_loop_weights: bool = False,
     ):
         self.prefix = prefix
         self.float_dtype = np.dtype(float_dtype)
@@ -124,6 +130,7 @@ class OnnxBuilder(Builder):
         self.names = names
         self.pool = pool or ConstantPool(names, prefix)
         self.linear_mode = linear_mode
+        self.unpack_loop_weights = unpack_loop_weights
         self.nodes: list = []
         self.types: dict = {}  # value name -> (elem_type, shape tuple or None)
         self._slices: dict = {}  # Slice output -> (input, axis, start, end, dim), for finalize
@@ -545,6 +552,7 @@ class OnnxBuilder(Builder):
             self.names,
             self.pool,
             self.linear_mode,
+            self.unpack_loop_weights,
         )
         inner.types = dict(self.types)  # outer values stay visible (outer scope)
         graph_inputs = []
@@ -594,6 +602,8 @@ class OnnxBuilder(Builder):
         body_nodes, xs, slices_in = self._hoist_input_splits(
             inner, body_nodes, xs, slices_in, set(body_outputs)
         )
+        if self.unpack_loop_weights and self.opset >= 15:
+            self._unpacked_loop_weights(inner, body_nodes)
         graph_inputs = graph_inputs[: len(carried)] + [
             _value_info(v, inner.elem_type(v), inner.shape(v)) for v in slices_in
         ]
@@ -631,6 +641,32 @@ class OnnxBuilder(Builder):
                 stacked.append(outputs[k])
                 k += 1
         return outputs[: len(new_carried)], stacked
+
+    def _unpacked_loop_weights(self, inner, body_nodes) -> None:
+        """Feed each constant weight (input B) of the body's one-row Gemm/MatMul nodes (a
+        static batch of 1) through Optional -> OptionalGetElement, once per loop, before
+        the Scan.
+
+        onnxruntime prepacks a constant B, and for a one-row product (a batch-1 recurrent
+        step) its packed kernel is slower than its plain GEMV: 18-21 against 14-15 us for
+        [1,256]x[256,768] (docs/onnx.md). It folds only tensors, so a weight that passes
+        through an optional value is no longer a constant to it and is not packed; the two
+        nodes run once per inference. Other runtimes see an identity.
+        """
+        unpacked: dict = {}
+        for node in body_nodes:
+            if node.op_type not in ("Gemm", "MatMul") or node.input[1] not in self.pool:
+                continue
+            rows = inner.shape(node.input[0])
+            if rows is None or any(d != 1 for d in rows[:-1]):
+                continue  # more rows or unknown: packed is faster (batch 8: 1.07x vs 1.34x)
+            weight = node.input[1]
+            if weight not in unpacked:
+                optional = self._node("Optional", [weight], None, None)
+                unpacked[weight] = self._node(
+                    "OptionalGetElement", [optional], *inner.types[weight]
+                )
+            node.input[1] = unpacked[weight]
 
     def _hoist_input_splits(self, inner, body_nodes, xs, slices_in, body_outputs: set):
         """A scan input the body only cuts with one Split (the cell's x_t into its gate

@@ -26,6 +26,10 @@ from .constants import Scope
 from .reader import RECURRENT_OPS, OnnxReadError, read_node
 
 STRATEGIES = ("auto", "unrolled", "scan")
+# "portable": plain ops any runtime or converter takes. "onnxruntime": `auto` picks Scan
+# for every length and Scan bodies read their weights unpacked (OnnxBuilder), the fastest
+# forms measured under onnxruntime at batch 1 (docs/onnx.md).
+TUNINGS = ("portable", "onnxruntime")
 
 
 def _graphs_of(node: onnx.NodeProto):
@@ -93,9 +97,14 @@ def _prefix(label: str) -> str:
 
 
 class _Rewriter:
-    def __init__(self, model, strategy, activation_defaults, linear_mode, require_constant_weights):
+    def __init__(
+        self, model, strategy, activation_defaults, linear_mode, require_constant_weights, tune_for
+    ):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if tune_for not in TUNINGS:
+            raise ValueError(f"tune_for must be one of {TUNINGS}, got {tune_for!r}")
+        self.tune_for = tune_for
         self.model = model
         self.require_constant_weights = require_constant_weights
         self.strategy = strategy
@@ -159,6 +168,7 @@ class _Rewriter:
             self.names,
             self.pool,
             self.linear_mode,
+            unpack_loop_weights=self.tune_for == "onnxruntime",
         )
         float_type = builder.float_type
         for name, shape in read.runtime_weights.items():
@@ -172,7 +182,8 @@ class _Rewriter:
         steps = builder.static_dim(x, time_axis)
         strategy = self.strategy
         if strategy == "auto":
-            strategy = "unrolled" if steps is not None else "scan"
+            static = steps is not None and self.tune_for == "portable"
+            strategy = "unrolled" if static else "scan"
         if strategy == "unrolled" and steps is None:
             raise OnnxReadError(
                 spec.name, "X", "strategy 'unrolled' needs a static sequence length; use 'scan'"
@@ -254,6 +265,7 @@ def rewrite_model(
     activation_defaults: str = "onnxruntime",
     linear_mode: str = "gemm",
     require_constant_weights: bool = False,
+    tune_for: str = "portable",
 ) -> onnx.ModelProto:
     """A copy of `model` without GRU/LSTM/RNN nodes.
 
@@ -264,10 +276,16 @@ def rewrite_model(
     W, R, B, P computed at run time (graph inputs, as in ONNX's node tests) are arranged
     with graph ops; `require_constant_weights=True` refuses them instead, for routes that
     need constant weights (e.g. conversion to a torch program).
+    tune_for: "portable" (plain ops for any runtime or converter) or "onnxruntime": `auto`
+    then picks Scan at every length, and each Scan reads its constant weights through
+    Optional -> OptionalGetElement (opset 15+) so that onnxruntime runs its unpacked
+    GEMV, faster for batch-1 steps (docs/onnx.md).
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    _Rewriter(out, strategy, activation_defaults, linear_mode, require_constant_weights).run()
+    _Rewriter(
+        out, strategy, activation_defaults, linear_mode, require_constant_weights, tune_for
+    ).run()
     return out
 
 

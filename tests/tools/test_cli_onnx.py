@@ -1,10 +1,12 @@
-"""`lower MODEL.onnx --target onnx` on the onnx package's own GRU/LSTM/RNN node-test models:
-the written file has no recurrent node and onnxruntime gives the test's expected outputs.
-The input file is never modified, and an output naming the input is refused."""
+"""`lower MODEL.onnx --target onnx` on the onnx package's own GRU/LSTM/RNN node-test models,
+portable and tuned for onnxruntime: the written file has no recurrent node and onnxruntime
+gives the test's expected outputs. The input file is never modified, and an output naming
+the input is refused."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import onnx
@@ -24,18 +26,23 @@ def test_cases_were_collected():
     assert len(CASES) >= 12, [c.name for c in CASES]
 
 
+@pytest.mark.parametrize("tune_for", ["portable", "onnxruntime"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_node_case_through_cli(tmp_path, case):
+def test_node_case_through_cli(tmp_path, case, tune_for):
     source = tmp_path / f"{case.name}.onnx"
     onnx.save(case.model, str(source))
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
 
-    result = run_lower([source.name, "--target=onnx"], str(tmp_path))
+    args = [source.name, "--target=onnx", f"--onnx_tune_for={tune_for}", "--report=r.json"]
+    result = run_lower(args, str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert hashlib.sha256(source.read_bytes()).hexdigest() == digest, "input file modified"
+    assert json.loads((tmp_path / "r.json").read_text())["rewrite"] == {"tune_for": tune_for}
 
     rewritten = onnx.load(str(tmp_path / f"{case.name}.rewritten.onnx"))
     assert not [n.op_type for n in rewritten.graph.node if n.op_type in RECURRENT]
+    if tune_for == "portable":  # node tests have static lengths: unrolled
+        assert not any(n.op_type == "Scan" for n in rewritten.graph.node)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(rewritten.SerializeToString(), options)
@@ -54,3 +61,14 @@ def test_output_naming_the_input_is_refused(tmp_path):
     assert result.returncode != 0
     assert "would overwrite the input model" in result.stderr
     assert source.read_bytes() == before
+
+
+def test_onnx_tuning_is_refused_for_other_targets(tmp_path):
+    source = tmp_path / "m.onnx"
+    onnx.save(CASES[0].model, str(source))
+    result = run_lower(
+        ["m.onnx", "--target=TOSA-1.0+FP", "--onnx_tune_for=onnxruntime"], str(tmp_path)
+    )
+    assert result.returncode != 0
+    assert "applies to --target onnx, not TOSA-1.0+FP" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]

@@ -35,6 +35,7 @@ class Options:
     calibration: pathlib.Path | None = None
     keep_recurrent_on_cpu: bool = False
     activation_defaults: str = "onnxruntime"  # onnxruntime | spec (ONNX inputs)
+    tune_for: str = "portable"  # portable | onnxruntime (--target onnx)
     tosa_output: pathlib.Path | None = None  # extra copy of the .tosa given to Vela
     vela_summary: pathlib.Path | None = None  # extra copy of Vela's summary CSV
 
@@ -96,8 +97,12 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
     strategy = "auto" if options.strategy == "auto" else options.strategy
     with progress.stage("rewrite recurrent nodes"):
         rewritten = rewrite.rewrite_model(
-            source.program, strategy=strategy, activation_defaults=options.activation_defaults
+            source.program,
+            strategy=strategy,
+            activation_defaults=options.activation_defaults,
+            tune_for=options.tune_for,
         )
+    report["rewrite"] = {"tune_for": options.tune_for}
     with progress.stage("save .onnx"):
         onnx.save(rewritten, str(staging.path_for(output)))
     with progress.stage("numerics vs input model (onnxruntime)"):
