@@ -1,4 +1,7 @@
-"""Run one delegate of a mixed CPU/NPU program alone, on the TOSA reference model.
+"""Run a mixed CPU/NPU program's delegates on the TOSA reference model.
+
+`run_program` runs a whole lowered edge program: its delegates on the TOSA reference model,
+the rest in torch eager. `run_delegate` runs one delegate alone, as follows.
 
 A program with a recurrent layer kept on the CPU and the rest delegated cannot run in one
 piece here: the host runtime has no Ethos-U backend, and the TOSA reference model runs only the
@@ -14,6 +17,7 @@ import pathlib
 from typing import Sequence
 
 import numpy as np
+import torch
 
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference
 
@@ -38,3 +42,54 @@ def run_delegate(
         input_quant=[v.quant for v in ins],
         output_quant=[v.quant for v in outs],
     )
+
+
+def _delegate_tag(lowered) -> str:
+    for node in lowered.original_module.graph_module.graph.nodes:
+        tag = node.meta.get("delegation_tag")
+        if tag:
+            return tag
+    return ""
+
+
+def tosa_file_for(lowered, tosa_files: Sequence[pathlib.Path]) -> pathlib.Path:
+    """The dumped .tosa of one lowered module: ExecuTorch's TOSA backend names it
+    output_<delegation tag>_<TOSA spec>.tosa, the tag being the partition's."""
+    tag = _delegate_tag(lowered)
+    matches = [f for f in tosa_files if f.name.startswith(f"output_{tag}_")]
+    if len(matches) != 1:
+        names = [f.name for f in tosa_files]
+        raise ValueError(f"delegate {tag!r}: expected one dumped .tosa among {names}")
+    return matches[0]
+
+
+class _TosaDelegates(torch.overrides.TorchFunctionMode):
+    """Runs every executorch_call_delegate on the TOSA reference model, on the delegate's
+    own boundary tensors (int8 when the partitioner left the boundary q/dq on the CPU)."""
+
+    def __init__(self, tosa_files: Sequence[pathlib.Path]):
+        super().__init__()
+        self.tosa_files = list(tosa_files)
+        self.ran = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch._higher_order_ops.executorch_call_delegate:
+            lowered, inputs = args[0], args[1:]
+            arrays = [t.detach().numpy() for t in inputs]
+            outputs = tosa_reference.run(tosa_file_for(lowered, self.tosa_files), arrays)
+            self.ran += 1
+            return tuple(torch.from_numpy(np.ascontiguousarray(o)) for o in outputs)
+        return func(*args, **(kwargs or {}))
+
+
+def run_program(module, tosa_files: Sequence[pathlib.Path], inputs: Sequence) -> list:
+    """Outputs of a lowered (edge) program with any number of delegates: each delegate's
+    dumped .tosa on the TOSA reference model, the ops left on the CPU in torch eager (the
+    edge dialect's ATen kernels, what ExecuTorch's portable kernels implement)."""
+    mode = _TosaDelegates(tosa_files)
+    with torch.no_grad(), mode:
+        out = module(*inputs)
+    if not mode.ran:
+        raise ValueError("the program has no delegate to run on the TOSA reference model")
+    flat = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [o.detach().numpy() for o in flat]

@@ -67,6 +67,9 @@ class LoweringResult:
     executorch_vela: Optional[vela.VelaSummary] = None  # the summary ExecuTorch's own Vela wrote
     system_config: Optional[str] = None
     memory_mode: Optional[str] = None
+    # The lowered edge program as a module, kept when the program is not one delegate fed by
+    # the program inputs (CPU ops around or between delegates): check_numerics runs it.
+    program_module: Optional[torch.nn.Module] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,6 +311,9 @@ def lower(
         counts.update(tosa_flatbuffer.op_counts(f))
     mapping = _io_mapping(graph_module.graph, list(edge_program.graph_signature.user_inputs))
     # to_executorch rewrites the edge graph in place (memory planning): analyse it first.
+    program_module = None
+    if mapping is None and lowered:
+        program_module = edge_program.module(check_guards=False)  # a copy of the graph
     t0 = time.perf_counter()
     pte = edge.to_executorch().buffer
     times["to_executorch"] = time.perf_counter() - t0
@@ -328,6 +334,7 @@ def lower(
         tosa_op_counts=counts,
         system_config=system_config,
         memory_mode=memory_mode,
+        program_module=program_module,
     )
     if mapping is not None:
         result.input_map, result.output_map, result.input_quant, result.output_quant = mapping
@@ -365,23 +372,32 @@ def _flat_outputs(out) -> list:
 def check_numerics(
     result: LoweringResult, module: torch.nn.Module, inputs: Sequence[torch.Tensor]
 ) -> Numerics:
-    """Run the dumped .tosa on the TOSA reference model and compare with fp32 torch eager."""
-    if result.num_delegates != 1 or result.input_map is None or len(result.tosa_files) != 1:
-        raise FlowError(
-            f"{result.target}: numerics need one delegate fed by the program inputs and producing "
-            f"its outputs; got {result.num_delegates} delegate(s), {len(result.tosa_files)} "
-            f".tosa file(s), {result.cpu_nodes} CPU node(s)"
-        )
+    """Run the dumped .tosa on the TOSA reference model and compare with fp32 torch eager.
+
+    A program that is one delegate runs as that .tosa alone. Any other (CPU ops around or
+    between delegates) runs whole, each delegate on the TOSA reference model and the CPU
+    ops in torch eager (delegate_run.run_program)."""
     with torch.no_grad():
         reference = [t.detach().numpy() for t in _flat_outputs(_eval(module)(*inputs))]
-    arrays = [inputs[i].detach().numpy() for i in result.input_map]
-    delegate_out = tosa_reference.run(
-        result.tosa_files[0],
-        arrays,
-        input_quant=result.input_quant,
-        output_quant=result.output_quant,
-    )
-    outputs = [np.asarray(delegate_out[j], dtype=np.float32) for j in result.output_map]
+    if result.input_map is not None and len(result.tosa_files) == 1:
+        arrays = [inputs[i].detach().numpy() for i in result.input_map]
+        delegate_out = tosa_reference.run(
+            result.tosa_files[0],
+            arrays,
+            input_quant=result.input_quant,
+            output_quant=result.output_quant,
+        )
+        outputs = [np.asarray(delegate_out[j], dtype=np.float32) for j in result.output_map]
+    elif result.program_module is not None:
+        from .delegate_run import run_program
+
+        try:
+            outputs = run_program(result.program_module, result.tosa_files, inputs)
+        except ValueError as e:
+            raise FlowError(f"{result.target}: {e}") from e
+        outputs = [np.asarray(o, dtype=np.float32) for o in outputs]
+    else:
+        raise FlowError(f"{result.target}: the program has no delegate to check")
     if len(outputs) != len(reference):
         raise FlowError(f"{len(outputs)} delegate outputs vs {len(reference)} eager outputs")
     ref_flat = np.concatenate([r.reshape(-1) for r in reference])

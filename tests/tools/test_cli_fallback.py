@@ -1,5 +1,6 @@
 """`lower --keep_recurrent_on_cpu` and `--quantization int16`: the report counts what stays on
-the CPU and why; int16 reaches TOSA-1.0+INT through its int16 extension and is refused for FP."""
+the CPU and why, and checks the mixed program's numerics; int16 reaches TOSA-1.0+INT through
+its int16 extension and is refused for FP."""
 
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ def test_keep_recurrent_on_cpu_reports_reasons(tmp_path):
         str(tmp_path),
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    ops = json.loads((tmp_path / "r.json").read_text())["ops"]
+    report = json.loads((tmp_path / "r.json").read_text())
+    ops = report["ops"]
     assert ops["delegated"] == 2  # the head: linear and sigmoid
     assert ops["cpu_reasons"] == {KEPT: ops["cpu"]} and ops["cpu"] > 10
     assert f"on CPU ({ops['cpu']}): {KEPT}" in result.stdout
+    # mixed program, checked whole: the GRU's ops in torch eager, the head on TOSA FP
+    numerics = report["numerics"]
+    assert numerics["reference"].startswith("delegates on the TOSA reference model, CPU ops")
+    assert numerics["max_abs_err"] <= 1e-5
+    assert not [w for w in report["warnings"] if "numerics not checked" in w]
 
 
 def test_int16_on_tosa_int(tmp_path):
