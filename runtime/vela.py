@@ -217,3 +217,39 @@ def run_vela(
     per_layer = out / f"{stem}_per-layer.csv"
     ops = parse_per_layer_csv(per_layer) if per_layer.exists() else []
     return VelaResult(parse_summary_csv(summary_path), ops, out, log)
+
+
+_SUMMED = (
+    "cycles",
+    "cycles_npu",
+    "inference_time_s",
+    "nn_macs",
+    "on_chip_flash_used_bytes",
+    "off_chip_flash_used_bytes",
+    "sram_traffic_bytes",
+    "dram_traffic_bytes",
+    "off_chip_flash_traffic_bytes",
+)
+
+
+def combined(results: Sequence[VelaResult], output_dir: pathlib.Path) -> VelaResult:
+    """One figure for a program with several delegates, run one after the other: cycles,
+    times, MACs, flash and traffic add up; SRAM and DRAM use are the largest (each delegate
+    reuses the arena). Per-op rows are concatenated; `raw` is the first delegate's."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0].summary
+    sums = {k: sum(getattr(r.summary, k) for r in results) for k in _SUMMED}
+    kinds: dict = {}
+    for r in results:
+        for k, v in r.summary.cycles_by_kind.items():
+            kinds[k] = kinds.get(k, 0) + v
+    summary = dataclasses.replace(
+        first,
+        sram_used_bytes=max(r.summary.sram_used_bytes for r in results),
+        dram_used_bytes=max(r.summary.dram_used_bytes for r in results),
+        cycles_by_kind=kinds,
+        **sums,
+    )
+    ops = [op for r in results for op in r.ops]
+    return VelaResult(summary, ops, output_dir, "\n".join(r.log for r in results))

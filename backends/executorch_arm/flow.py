@@ -64,6 +64,7 @@ class LoweringResult:
     input_quant: Optional[list] = None  # QuantParams | None per delegate input
     output_quant: Optional[list] = None  # QuantParams | None per delegate output
     vela: Optional[vela.VelaResult] = None  # our Vela re-run, with the per-layer table
+    vela_delegates: int = 0  # delegates compiled by that run (figures summed: vela.combined)
     executorch_vela: Optional[vela.VelaSummary] = None  # the summary ExecuTorch's own Vela wrote
     system_config: Optional[str] = None
     memory_mode: Optional[str] = None
@@ -338,13 +339,22 @@ def lower(
     )
     if mapping is not None:
         result.input_map, result.output_map, result.input_quant, result.output_quant = mapping
-    if is_ethos and run_vela:
-        if len(tosa_files) != 1:
-            raise FlowError(f"{target}: expected one dumped .tosa for Vela, found {tosa_files}")
+    if is_ethos and run_vela and tosa_files:
         t0 = time.perf_counter()
-        result.vela = vela.run_vela(
-            tosa_files[0], target, system_config, memory_mode, output_dir=out_dir / "vela"
-        )
+        # one Vela run per delegate (several when CPU ops sit between NPU parts), combined
+        single = len(tosa_files) == 1
+        runs = [
+            vela.run_vela(
+                f,
+                target,
+                system_config,
+                memory_mode,
+                output_dir=out_dir / "vela" if single else out_dir / "vela" / f.stem,
+            )
+            for f in tosa_files
+        ]
+        result.vela = vela.combined(runs, out_dir / "vela")
+        result.vela_delegates = len(runs)
         times["vela"] = time.perf_counter() - t0
         own = sorted((out_dir / "output").glob(f"out_summary_{system_config}.csv"))
         if own:  # ExecuTorch's Vela call writes this when dumping artifacts

@@ -1,6 +1,7 @@
 """Vela summary / per-layer CSV parsing on files Vela 5.1.0 wrote here (tiny_gru, INT8, U55-128),
 and the Vela command line."""
 
+import dataclasses
 import pathlib
 
 import pytest
@@ -61,3 +62,21 @@ def test_vela_args_use_target_defaults():
 def test_unknown_accelerator():
     with pytest.raises(ValueError, match="ethos-u99-1"):
         vela.default_config("ethos-u99-1")
+
+
+def test_delegates_combine_by_sum_and_peak(tmp_path):
+    """Two delegates run one after the other: time, cycles, MACs and flash add up, the SRAM
+    arena is reused (peak), and the per-op rows of both are kept."""
+    one = vela.VelaResult(
+        vela.parse_summary_csv(SUMMARY), vela.parse_per_layer_csv(PER_LAYER), tmp_path, "a"
+    )
+    bigger_sram = dataclasses.replace(one.summary, sram_used_bytes=1000, cycles=1)
+    two = vela.VelaResult(bigger_sram, one.ops[:3], tmp_path, "b")
+    both = vela.combined([one, two], tmp_path)
+    assert both.summary.cycles == 10579 + 1
+    assert both.summary.nn_macs == 2 * 4064
+    assert both.summary.off_chip_flash_used_bytes == 2 * 8368
+    assert both.summary.sram_used_bytes == 1000
+    assert both.summary.cycles_by_kind["cycles_off_chip_flash_access"] == 2 * 8864
+    assert len(both.ops) == 59 + 3
+    assert vela.combined([one], tmp_path) is one

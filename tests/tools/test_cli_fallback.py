@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 
+import torch
+from torch import nn
+
 from recurrent_lowering.tests.tools.cli import run_lower
 
 KEPT = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
@@ -44,3 +47,35 @@ def test_int16_refused_for_fp(tmp_path):
     result = run_lower(["tiny_gru", "--target=TOSA-1.0+FP", "--quantization=int16"], str(tmp_path))
     assert result.returncode == 1
     assert "--quantization int16 applies to INT targets" in result.stderr
+
+
+class MaskedHead(nn.Module):
+    """GRU, a threshold (gt + where: U55 has no GREATER/SELECT), then a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(4, 8, batch_first=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(torch.where(y > 0.1, y, torch.zeros_like(y)))
+
+
+def test_two_delegates_around_cpu_ops_on_u55(tmp_path):
+    """Ops the NPU cannot run split the program into two delegates: it still lowers, Vela
+    compiles both (figures summed) and the whole program's numerics are checked."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 4)
+    torch.export.save(torch.export.export(MaskedHead().eval(), (x,)), str(tmp_path / "m.pt2"))
+    result = run_lower(["m.pt2", "--target=ethos-u55-128", "--report=r.json"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["vela"]["delegates"] == 2
+    assert report["vela"]["cycles"] > 0
+    reasons = report["ops"]["cpu_reasons"]
+    assert reasons["gt.Tensor not supported on TOSA-1.0+INT+int16+int4+u55"] == 1
+    assert reasons["where.self not supported on TOSA-1.0+INT+int16+int4+u55"] == 1
+    assert report["numerics"]["sqnr_db"] > 15  # int8; gt flips where y rounds across 0.1
+    assert any("2 NPU delegates" in w for w in report["warnings"])
+    assert (tmp_path / "m.pte").stat().st_size > 0

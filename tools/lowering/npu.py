@@ -99,7 +99,14 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
         system_config=result.system_config,
         memory_mode=result.memory_mode,
         mac_utilisation=summary.mac_utilisation,
+        delegates=result.vela_delegates,
     )
+    if result.vela_delegates > 1:
+        report["warnings"].append(
+            f"{result.vela_delegates} NPU delegates with CPU ops between them: Vela's figures "
+            "are summed over the delegates and leave the CPU ops out; --tosa_output and "
+            "--vela_summary hold the first delegate's"
+        )
 
 
 def _flow_target(options, target: str) -> str:
