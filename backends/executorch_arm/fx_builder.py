@@ -69,6 +69,9 @@ class Emission:
     """How FxBuilder writes what the core asks for (see the module docstring)."""
 
     recurrent_product: str = "linear"  # "linear" | "matmul"
+    # strategy "auto": a layer stack of at most this many steps (T x layers x directions)
+    # is unrolled, a longer one takes the loop form (decompose.resolve_strategy)
+    auto_unroll_max_steps: int = 8
 
     def __post_init__(self):
         if self.recurrent_product not in ("linear", "matmul"):

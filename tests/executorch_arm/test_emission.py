@@ -161,3 +161,26 @@ def test_emission_per_target():
         assert emission_options(target).recurrent_product == "linear", target
     with pytest.raises(ValueError, match="recurrent_product"):
         Emission(recurrent_product="conv")
+
+
+@pytest.mark.parametrize(
+    "target, steps, form",
+    [
+        ("ethos-u55-128", 8, "unrolled"),
+        ("ethos-u55-128", 9, "scan"),
+        ("TOSA-1.0+INT", 16, "scan"),
+        ("ethos-u85-256", 16, "unrolled"),  # the MATMUL form unrolled: fewer cycles on U85
+        ("ethos-u85-256", 33, "scan"),
+    ],
+)
+def test_auto_picks_the_form_per_target(target, steps, form):
+    from recurrent_lowering.backends.executorch_arm import scan_op
+    from recurrent_lowering.backends.executorch_arm.decompose import decompose_recurrent
+
+    module = torch.nn.GRU(4, 8, batch_first=True).eval()
+    ep = torch.export.export(module, (torch.randn(1, steps, 4),))
+    out = decompose_recurrent(ep, "auto", emission_options(target))
+    targets = [n.target for n in out.graph.nodes if n.op == "call_function"]
+    scans = sum(t == scan_op.OP for t in targets)
+    assert scans == (1 if form == "scan" else 0)
+    assert not any("gru" in str(t) for t in targets)
