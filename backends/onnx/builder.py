@@ -64,6 +64,7 @@ class ConstantPool:
         self.prefix = prefix
         self.initializers: list = []
         self._by_value: dict = {}
+        self._names: set = set()
 
     def get(self, array: np.ndarray, hint: str = "const") -> str:
         array = np.ascontiguousarray(array)
@@ -73,10 +74,11 @@ class ConstantPool:
             name = self.names.new(f"{self.prefix}/{hint or 'const'}")
             self.initializers.append(numpy_helper.from_array(array, name))
             self._by_value[key] = name
+            self._names.add(name)
         return name
 
     def __contains__(self, name: str) -> bool:
-        return any(t.name == name for t in self.initializers)
+        return name in self._names
 
 
 def _broadcast(shapes):
