@@ -106,6 +106,8 @@ MODELS: dict[str, BenchmarkModel] = {
         BenchmarkModel("big_gru", "gru", 256, 256, 1, False, 100),
         BenchmarkModel("stream_gru", "gru", 64, 128, 1, False, 1, streaming=True),
         BenchmarkModel("tiny_gru", "gru", 8, 16, 1, False, 4),
+        BenchmarkModel("tiny_lstm", "lstm", 8, 16, 1, False, 4),
+        BenchmarkModel("tiny_rnn", "rnn_tanh", 8, 16, 1, False, 4),
     ]
 }
 
