@@ -26,6 +26,7 @@ Value = Any
 # and the attribute that needs the missing one.
 SELECT = "select"  # less() and where(): masking for runtime sequence lengths
 SCAN = "scan"  # scan(): loop emission
+SCAN_WITH_INITIAL = "scan_with_initial"  # scan(..., initial_in_ys=True)
 
 
 class RuntimeArray(np.ndarray):
@@ -157,11 +158,15 @@ class Builder(abc.ABC):
         carried: Sequence[Value],
         xs: Sequence[Value],
         reverse: bool = False,
+        initial_in_ys: bool = False,
     ) -> tuple[list, list]:
         """Loop over axis 0 of every value in `xs` (lax.scan / ONNX Scan semantics).
 
         body(builder, carried, x_slices) -> (new_carried, y_slices), where `builder`
         emits into the loop body. Returns (final_carried, ys stacked on axis 0, in
-        time order even when reverse=True).
+        time order even when reverse=True). With `initial_in_ys` (capability
+        SCAN_WITH_INITIAL; one y, which is the new carried[0]) ys also hold the initial
+        carried[0], first in time order (last when reverse): a step peeled off before the
+        loop then needs no concatenation after it.
         """
         raise NotImplementedError(SCAN)

@@ -31,7 +31,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 
 from . import weights as wa
-from .builder import Builder, Value, is_constant
+from .builder import SCAN_WITH_INITIAL, Builder, Value, is_constant
 from .cells import STEP, CellParams, prepare
 from .emitter import Emitter, Expr
 from .spec import Direction, LayerWeights, RecurrentSpec
@@ -292,12 +292,12 @@ class _Stack:
         """builder.scan over time; a zero initial state is first stepped outside the loop
         (its ops mostly vanish), so the loop always carries real values."""
         b, T = self.b, self.T
-        y_first, peeled = None, False
+        y_first, peeled, first_mask = None, False, None
         start, end = 0, (T if T is not None else sys.maxsize)  # steps left for the loop
         if any(s.is_const(0) for s in state):
             peeled = True
             t = (T - 1 if T is not None else -1) if reverse else 0
-            mask = self.lens.step(t) if T is not None else None
+            mask = first_mask = self.lens.step(t) if T is not None else None
             if mask is SKIP:
                 y_first = b.unsqueeze(self._zeros(p.output_size), 0) if want_y else None
                 vals = [
@@ -332,10 +332,21 @@ class _Stack:
             )
             return vals, ([y] if want_y else [])
 
-        carried, ys = b.scan(body, [e.emit(s) for s in state], xs, reverse=reverse)
+        # y_first is the loop's initial h: a builder that can put it into ys saves a concat
+        with_initial = (
+            want_y
+            and y_first is not None
+            and first_mask is None
+            and mask is None
+            and SCAN_WITH_INITIAL in b.capabilities
+        )
+        extra = {"initial_in_ys": True} if with_initial else {}
+        carried, ys = b.scan(body, [e.emit(s) for s in state], xs, reverse=reverse, **extra)
         final = [b.unsqueeze(v, self.sa) for v in carried]
         y = None
-        if want_y:
+        if with_initial:
+            y = ys[0]
+        elif want_y:
             parts = (
                 [ys[0]] if y_first is None else ([ys[0], y_first] if reverse else [y_first, ys[0]])
             )

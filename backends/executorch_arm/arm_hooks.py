@@ -43,16 +43,11 @@ from .scan_quantization import annotate_scans
 
 
 def emission_options(target: str) -> Emission:
-    """The emission for `target` (a TOSA spec string or an Ethos-U accelerator such as
-    "ethos-u85-256"), from the measurements in docs/arm_benchmark.md.
-
-    The recurrent product: the form with the fewest Vela cycles. `auto`'s unroll limit: on
-    U85 the unrolled MATMUL form takes 8-21% fewer cycles than the loop form at 16 steps,
-    so stacks of up to 32 steps are unrolled; elsewhere the loop form costs 1-3% more cycles
-    (U55) and lowers 5x faster, so only stacks of up to 8 steps are unrolled."""
-    if target.lower().startswith("ethos-u85"):
-        return Emission(recurrent_product="matmul", auto_unroll_max_steps=32)
-    return Emission(recurrent_product="linear", auto_unroll_max_steps=8)
+    """The emission that gives the fewest Vela cycles on `target` (a TOSA spec string or an
+    Ethos-U accelerator such as "ethos-u85-256"); see docs/arm_benchmark.md."""
+    return Emission(
+        recurrent_product="matmul" if target.lower().startswith("ethos-u85") else "linear"
+    )
 
 
 STRATEGIES = ("auto", "unrolled", "scan")

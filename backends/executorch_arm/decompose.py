@@ -265,13 +265,18 @@ def _module_prefix(node: Node) -> str:
 # (scan) beyond. Unrolled, each step costs ExecuTorch's Arm flow 1-2 s of lowering but gets its
 # own scales and no glue copies (fewest Vela cycles at small T); the loop form lowers in about
 # constant time whatever T (docs/arm_benchmark.md).
-def resolve_strategy(strategy: str, spec, max_unrolled_steps: int = PLAIN.auto_unroll_max_steps):
-    """The core strategy for one recurrent op: "auto" unrolls a layer stack of at most
-    `max_unrolled_steps` steps (T x layers x directions), else takes the loop form."""
+# "auto" unrolls a layer stack of at most this many steps (T x layers x directions) and
+# writes longer ones in the loop form: beyond a few steps the loop form lowers several times
+# faster at about the same Vela cycles (docs/arm_loop_form.md).
+AUTO_UNROLL_MAX_STEPS = 8
+
+
+def resolve_strategy(strategy: str, spec) -> str:
+    """The core strategy for one recurrent op: "auto" picks by its number of steps."""
     if strategy != "auto":
         return strategy
     steps = (spec.seq_len or 0) * spec.num_layers * spec.num_directions
-    return "unrolled" if spec.seq_len is not None and steps <= max_unrolled_steps else "scan"
+    return "unrolled" if spec.seq_len is not None and steps <= AUTO_UNROLL_MAX_STEPS else "scan"
 
 
 def _replace(
@@ -287,7 +292,7 @@ def _replace(
     if node.target in PACKED_OPS:
         raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
     spec, weights, x, h0, c0 = (_cell_problem if is_cell else _sequence_problem)(node, constant_of)
-    strategy = resolve_strategy(strategy, spec, emission.auto_unroll_max_steps)
+    strategy = resolve_strategy(strategy, spec)
     dtype = _val(x).dtype
     b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, emission=emission)
     with graph.inserting_before(node):

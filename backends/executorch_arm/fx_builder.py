@@ -47,7 +47,7 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
-from recurrent_lowering.passes.builder import SCAN, SELECT, Builder, is_constant
+from recurrent_lowering.passes.builder import SCAN, SCAN_WITH_INITIAL, SELECT, Builder, is_constant
 from recurrent_lowering.passes.spec import SpecError
 
 aten = torch.ops.aten
@@ -69,9 +69,6 @@ class Emission:
     """How FxBuilder writes what the core asks for (see the module docstring)."""
 
     recurrent_product: str = "linear"  # "linear" | "matmul"
-    # strategy "auto": a layer stack of at most this many steps (T x layers x directions)
-    # is unrolled, a longer one takes the loop form (decompose.resolve_strategy)
-    auto_unroll_max_steps: int = 8
 
     def __post_init__(self):
         if self.recurrent_product not in ("linear", "matmul"):
@@ -214,7 +211,7 @@ class ModuleConstants(ConstantSink):
 class FxBuilder(Builder):
     """Emits ATen call_function nodes at the graph's current insertion point."""
 
-    capabilities = frozenset({SELECT, SCAN})
+    capabilities = frozenset({SELECT, SCAN, SCAN_WITH_INITIAL})
 
     def __init__(
         self,
@@ -384,7 +381,7 @@ class FxBuilder(Builder):
         return self._view(self.call(aten.cat.default, xs, 0), [len(xs), rows, width])
 
     # --- loops ------------------------------------------------------------------------------
-    def scan(self, body, carried, xs, reverse=False):
+    def scan(self, body, carried, xs, reverse=False, initial_in_ys=False):
         """One `recurrent_lowering::scan` node running a traced copy of the step (scan_op)."""
         from . import scan_op
 
@@ -405,15 +402,53 @@ class FxBuilder(Builder):
                 self.graph.erase_node(xs)
                 self.nodes.remove(xs)
                 xs, first = source, start
-        program = scan_op.StepProgram(step, len(carried), reverse, first, steps)
+        xs = self._rows_view(xs, h_shape[0])
+        program = scan_op.StepProgram(step, len(carried), reverse, first, steps, initial_in_ys)
         key = scan_op.register(program)
         node = self.call(scan_op.OP, xs, carried[0], carried[1] if len(carried) > 1 else None, key)
-        ys = node if len(carried) == 1 else self.slice(node, 0, 0, steps)
-        last = 0 if reverse else steps - 1
+        rows = steps + initial_in_ys  # rows of Y in the result
+        ys = node if len(carried) == 1 else self.slice(node, 0, 0, rows)
+        last = 0 if reverse else rows - 1
         final = [self.squeeze(self.slice(ys, 0, last, last + 1), 0)]
         if len(carried) > 1:
-            final.append(self.squeeze(self.slice(node, 0, steps, steps + 1), 0))
+            final.append(self.squeeze(self.slice(node, 0, rows, rows + 1), 0))
         return final, [ys]
+
+    def _rows_view(self, xs: Node, batch: int) -> Node:
+        """xs [T, B, G] as its [T*B, G] view, also for the rows read outside the loop.
+
+        Vela copies a reshape whose input has other readers. The scan's TOSA reads xs as
+        rows of a 2-D tensor, and a peeled first step slices its row out of xs too; if both
+        read one [T*B, G] view, the only reader of the projection is that view's reshape,
+        which Vela then elides (gru_a on U85: a 6,712-cycle copy). Row reads outside the
+        loop, slice(xs, 0, s, s+1) -> squeeze(0), become slice(view, 0, s*B, (s+1)*B)."""
+        shape = self._shape(xs)
+        if xs.op != "call_function" or len(shape) != 3 or shape[1] != batch:
+            return xs
+        rows = []
+        for user in list(xs.users):
+            squeezes = list(user.users)
+            if not (
+                user.target is aten.slice.Tensor
+                and user.args[1] == 0
+                and user.args[3] - user.args[2] == 1
+                and len(squeezes) == 1
+                and squeezes[0].target is aten.squeeze.dims
+                and list(squeezes[0].args[1]) == [0]
+            ):
+                return xs  # another reader: keep the 3-D form
+            rows.append((user, squeezes[0]))
+        with self.graph.inserting_after(xs):
+            view = self._view(xs, [shape[0] * batch, shape[2]])
+        for sliced, squeezed in rows:
+            start = sliced.args[2] * batch
+            with self.graph.inserting_after(view):
+                row = self.slice(view, 0, start, start + batch)
+            squeezed.replace_all_uses_with(row)
+            for dead in (squeezed, sliced):
+                self.graph.erase_node(dead)
+                self.nodes.remove(dead)
+        return view
 
     def _trace_step(self, body, carried: list, xs: Node) -> GraphModule:
         """body as a GraphModule (state..., x_t) -> (state'...); y must be the new h."""

@@ -6,12 +6,13 @@ traces the step into a small GraphModule (a `StepProgram`) and puts one `scan` n
 program, so quantization, `to_edge` and the Arm passes see one node per layer direction. The
 TOSA for the node is written by `scan_tosa` from the step lowered once and copied T times.
 
-    scan(xs [T0, B, G], h [B, H], c [B, H] or None, key) -> [T (+1), B, H]
+    scan(xs [T0, B, G] or its view [T0*B, G], h [B, H], c [B, H] or None, key) -> [T (+1), B, H]
 
 The steps read rows first .. first + T - 1 of xs (the StepProgram's `first` and `steps`: the
 loop can start after a peeled first step without a sliced copy of the projection). The
 result holds h after every step in time order (the layer's Y, of which the last step, or
-the first when reversed, is h_n), then c_n when the cell carries c. `key` names the
+the first when reversed, is h_n; with `initial_in_ys` the given h too, as the first row or
+the last when reversed), then c_n when the cell carries c. `key` names the
 StepProgram in this process's registry: the node is a lowering-time form, never saved.
 
 Eager calls (PT2E calibration runs the prepared model eagerly) record each step's float
@@ -44,6 +45,7 @@ class StepProgram:
     reverse: bool
     first: int  # the first row of xs the loop reads
     steps: int  # how many rows it reads
+    initial_in_ys: bool = False  # the result also holds the initial h (Builder.scan)
     samples: list = dataclasses.field(default_factory=list)  # tuples of step inputs
     max_samples: int = 4096
     quant_config: Optional[object] = None  # the Arm QuantizationConfig the layer was given
@@ -77,6 +79,8 @@ def program(key: int) -> StepProgram:
 def run(p: StepProgram, xs: torch.Tensor, h: torch.Tensor, c: Optional[torch.Tensor]):
     """The scan's value: every step's h in time order, then c_n if the cell carries c."""
     states = [h] if c is None else [h, c]
+    if xs.dim() == 2:  # the [T0*B, G] view of the projection
+        xs = xs.reshape(-1, h.shape[0], xs.shape[-1])
     steps = range(p.steps)
     ys: list = [None] * p.steps
     for t in reversed(steps) if p.reverse else steps:
@@ -84,6 +88,8 @@ def run(p: StepProgram, xs: torch.Tensor, h: torch.Tensor, c: Optional[torch.Ten
         p.record(inputs)
         states = list(p.step(*inputs))  # the traced step returns its new states as a tuple
         ys[t] = states[0]
+    if p.initial_in_ys:
+        ys = ys + [h] if p.reverse else [h] + ys
     return torch.stack(ys + states[1:], 0)
 
 
@@ -94,4 +100,5 @@ def _scan(xs, h, c, key):
 
 @torch.library.register_fake("recurrent_lowering::scan")
 def _scan_fake(xs, h, c, key):
-    return h.new_empty((program(key).steps + (0 if c is None else 1), *h.shape))
+    p = program(key)
+    return h.new_empty((p.steps + p.initial_in_ys + (0 if c is None else 1), *h.shape))

@@ -5,9 +5,11 @@ Registered with ExecuTorch's public registries (importing this module is enough)
 `register_node_visitor` writes its TOSA. ExecuTorch's passes see one node per layer direction;
 the visitor lowers the step once (step_template) and instantiates it T times:
 
-    xs [T, B, G] -> RESHAPE [T*B, G] -> (RESCALE to the step's x scale) -> SLICE rows per step
+    xs [T, B, G] -> RESHAPE [T*B, G] (none when xs is that view) -> (RESCALE to the step's
+        x scale) -> SLICE rows per step
     h0 -> (RESCALE to the step's h scale) -> step 0 -> step 1 -> ... (states flow unrescaled)
-    every step's h -> CONCAT [T*B, H] (+ c_n) -> RESCALE to the node's output scale -> RESHAPE
+    (h0 and) every step's h -> CONCAT [T*B, H] (+ c_n) -> RESCALE to the node's output scale
+        -> RESHAPE
 
 The rescales run once per layer, not per step; on a float TOSA profile there are none.
 """
@@ -163,7 +165,8 @@ class ScanVisitor(NodeVisitor):
         tpl = step_template.template(program, self.tosa_spec, quantized=bool(in_q))
         w = _Writer(tosa_graph, node.name)
         xs, states0 = inputs[0], [a for a in inputs[1:3] if a.name]
-        total, rows, width = (int(d) for d in xs.shape)
+        rows, width = int(states0[0].shape[0]), int(xs.shape[-1])  # batch, gate width
+        total = int(np.prod(xs.shape[:-1])) // rows  # the rows xs holds per batch row
         steps, first = program.steps, program.first
         dtype = xs.dtype
 
@@ -171,13 +174,14 @@ class ScanVisitor(NodeVisitor):
             return tpl.input_quant[tpl.input_roles.index(role)]
 
         n = program.num_states
-        x2d = w.reshape(xs.name, (total * rows, width), dtype)
+        x2d = xs.name if len(xs.shape) == 2 else w.reshape(xs.name, (total * rows, width), dtype)
         x2d = w.rescale(x2d, (total * rows, width), dtype, in_q.get(0), role_quant(n))
         dtype = _dtype_of(role_quant(n), dtype)  # the step's x_t type (int16 state: int16)
         states = [
             w.rescale(a.name, a.shape, a.dtype, in_q.get(1 + i), role_quant(i))
             for i, a in enumerate(states0)
         ]
+        initial_h = states[0]  # in the step's h scale, as every step's h
         ys: list = [None] * steps
         order = range(steps - 1, -1, -1) if program.reverse else range(steps)
         written: set = set()
@@ -199,12 +203,17 @@ class ScanVisitor(NodeVisitor):
             states = [outs[tpl.output_roles.index(i)] for i in range(n)]
             ys[t] = states[0]
         state_q = [tpl.output_quant[tpl.output_roles.index(i)] for i in range(n)]
+        if program.initial_in_ys:  # the given h is a row of Y too (a peeled first step's)
+            if role_quant(0) != state_q[0]:  # step_template shares them; checked, not assumed
+                raise ValueError(f"{node.name}: the step's h input and output scales differ")
+            ys = ys + [initial_h] if program.reverse else [initial_h] + ys
         hidden = int(output.shape[-1])
         state_dtype = _dtype_of(state_q[0], output.dtype)
-        parts = [w.concat(ys, 0, (steps * rows, hidden), state_dtype)]
-        parts = [w.rescale(parts[0], (steps * rows, hidden), state_dtype, state_q[0], out_q)]
+        y_rows = len(ys) * rows
+        parts = [w.concat(ys, 0, (y_rows, hidden), state_dtype)]
+        parts = [w.rescale(parts[0], (y_rows, hidden), state_dtype, state_q[0], out_q)]
         for i in range(1, n):  # c_n after Y
             parts.append(w.rescale(states[i], (rows, hidden), output.dtype, state_q[i], out_q))
-        total = steps * rows + (n - 1) * rows
+        total = y_rows + (n - 1) * rows
         y = w.concat(parts, 0, (total, hidden), output.dtype)
         w.reshape(y, output.shape, output.dtype, out=output.name)
