@@ -430,6 +430,7 @@ class FxBuilder(Builder):
             squeezes = list(user.users)
             if not (
                 user.target is aten.slice.Tensor
+                and len(user.args) == 4
                 and user.args[1] == 0
                 and user.args[3] - user.args[2] == 1
                 and len(squeezes) == 1
