@@ -261,10 +261,6 @@ def _module_prefix(node: Node) -> str:
     return path.replace("L['self'].", "").replace("L__self__", "")
 
 
-# "auto": unrolled up to this many steps over all of a layer stack's directions, the loop form
-# (scan) beyond. Unrolled, each step costs ExecuTorch's Arm flow 1-2 s of lowering but gets its
-# own scales and no glue copies (fewest Vela cycles at small T); the loop form lowers in about
-# constant time whatever T (docs/arm_benchmark.md).
 # "auto" unrolls a layer stack of at most this many steps (T x layers x directions) and
 # writes longer ones in the loop form: beyond a few steps the loop form lowers several times
 # faster at about the same Vela cycles (docs/arm_loop_form.md).

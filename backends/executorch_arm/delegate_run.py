@@ -44,18 +44,12 @@ def run_delegate(
     )
 
 
-def _delegate_tag(lowered) -> str:
-    for node in lowered.original_module.graph_module.graph.nodes:
-        tag = node.meta.get("delegation_tag")
-        if tag:
-            return tag
-    return ""
-
-
 def tosa_file_for(lowered, tosa_files: Sequence[pathlib.Path]) -> pathlib.Path:
     """The dumped .tosa of one lowered module: ExecuTorch's TOSA backend names it
-    output_<delegation tag>_<TOSA spec>.tosa, the tag being the partition's."""
-    tag = _delegate_tag(lowered)
+    output_<delegation tag>_<TOSA spec>.tosa, the tag found by the function used here."""
+    from executorch.backends.arm.tosa.backend import arm_get_first_delegation_tag
+
+    tag = arm_get_first_delegation_tag(lowered.original_module.graph_module)
     matches = [f for f in tosa_files if f.name.startswith(f"output_{tag}_")]
     if len(matches) != 1:
         names = [f.name for f in tosa_files]
