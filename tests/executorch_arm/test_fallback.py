@@ -24,6 +24,7 @@ from recurrent_lowering.backends.executorch_arm import (
 )
 from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
 from recurrent_lowering.runtime import executorch_host
+from recurrent_lowering.tests.executorch_arm.fallback_models import MaskedHead
 from recurrent_lowering.tools import models
 
 
@@ -121,19 +122,6 @@ def test_stream_gru_u55_gru_on_cpu_head_delegated(tmp_path):
     assert max(whole_vs_split) <= 1 / 256 + 1e-6  # at most one LSB where h_n rounds apart
     numerics = flow.check_numerics(mixed, module, samples[0])
     assert numerics.max_abs_err < 0.01
-
-
-class MaskedHead(nn.Module):
-    """GRU, then a threshold (gt + where: no SELECT/GREATER on U55), then a linear."""
-
-    def __init__(self):
-        super().__init__()
-        self.rnn = nn.GRU(4, 8, batch_first=True)
-        self.head = nn.Linear(8, 1)
-
-    def forward(self, x):
-        y, _ = self.rnn(x)
-        return self.head(torch.where(y > 0.1, y, torch.zeros_like(y)))
 
 
 def test_ops_the_npu_cannot_run_stay_on_cpu(tmp_path):

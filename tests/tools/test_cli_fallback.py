@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import torch
-from torch import nn
 
+from recurrent_lowering.tests.executorch_arm.fallback_models import MaskedHead
 from recurrent_lowering.tests.tools.cli import run_lower
 
 KEPT = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
@@ -47,19 +47,6 @@ def test_int16_refused_for_fp(tmp_path):
     result = run_lower(["tiny_gru", "--target=TOSA-1.0+FP", "--quantization=int16"], str(tmp_path))
     assert result.returncode == 1
     assert "--quantization int16 applies to INT targets" in result.stderr
-
-
-class MaskedHead(nn.Module):
-    """GRU, a threshold (gt + where: U55 has no GREATER/SELECT), then a linear."""
-
-    def __init__(self):
-        super().__init__()
-        self.rnn = nn.GRU(4, 8, batch_first=True)
-        self.head = nn.Linear(8, 1)
-
-    def forward(self, x):
-        y, _ = self.rnn(x)
-        return self.head(torch.where(y > 0.1, y, torch.zeros_like(y)))
 
 
 def test_two_delegates_around_cpu_ops_on_u55(tmp_path):
