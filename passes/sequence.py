@@ -210,12 +210,11 @@ class _Stack:
         for layer, cells in enumerate(self.cells):
             last = layer == spec.num_layers - 1
             want_y = spec.want_y or not last
-            xp = self._projection(x, cells, layer)
-            width = cells[0].width
+            xps = self._projections(x, cells, layer)
             ys = []
             for d, p in enumerate(cells):
                 p = self._materialized(p)
-                xp_d = b.slice(xp, -1, d * width, (d + 1) * width) if self.D > 1 else xp
+                xp_d = xps[d]
                 idx = layer * self.D + d
                 state = tuple(self._initial(e, s0, idx) for s0 in (h0, c0)[: len(p.state_widths)])
                 run = self._loop if self.loop else self._unrolled
@@ -233,8 +232,16 @@ class _Stack:
     def _reverse(self, d: int) -> bool:
         return d == 1 or self.spec.direction is Direction.REVERSE
 
+    def _projections(self, x, cells: Sequence[CellParams], layer: int) -> list:
+        """x W^T + b of each direction: column blocks of one linear, or one linear each
+        (Builder.split_direction_projections)."""
+        if len(cells) == 1 or self.b.split_direction_projections:
+            return [self._projection(x, [p], layer) for p in cells]
+        xp, width = self._projection(x, cells, layer), cells[0].width
+        return [self.b.slice(xp, -1, d * width, (d + 1) * width) for d in range(len(cells))]
+
     def _projection(self, x, cells: Sequence[CellParams], layer: int):
-        """x W^T + b for all timesteps and directions of a layer: one linear."""
+        """x W^T + b for all timesteps of the given directions of a layer: one linear."""
         w = wa.concat([p.w_in for p in cells])
         bias = None
         if any(p.b_in is not None for p in cells):

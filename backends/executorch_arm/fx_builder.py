@@ -212,6 +212,7 @@ class FxBuilder(Builder):
     """Emits ATen call_function nodes at the graph's current insertion point."""
 
     capabilities = frozenset({SELECT, SCAN, SCAN_WITH_INITIAL})
+    split_direction_projections = True  # Vela copies a column slice of a shared projection
 
     def __init__(
         self,

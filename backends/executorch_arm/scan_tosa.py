@@ -11,7 +11,15 @@ the visitor lowers the step once (step_template) and instantiates it T times:
     (h0 and) every step's h -> CONCAT [T*B, H] (+ c_n) -> RESCALE to the node's output scale
         -> RESHAPE
 
-The rescales run once per layer, not per step; on a float TOSA profile there are none.
+The rescales run once per layer, not per step; on a float TOSA profile there are none, and
+on an integer one the step takes the projection's and Y's scales where its own precision
+allows (step_template pins), so only h0's (one row) may be left.
+
+Vela copies a value that has several readers when one of them is a RESHAPE (the step's h
+into the MATMUL's column) or a CONCAT (Y): 250 cycles each on U85 per step. So each looped
+step writes its h more than once, each by its own copy of the few ops that compute it
+(TosaTemplate.tail: one fused NPU op, about 32 cycles): one read only by Y's CONCAT, one per
+RESHAPE of h in the next step, and the original for the rest.
 """
 
 from __future__ import annotations
@@ -162,7 +170,11 @@ class ScanVisitor(NodeVisitor):
         program = scan_op.program(node.args[3])
         in_q = {k: _quant(v) for k, v in node.meta.get("input_qparams", {}).items()}
         out_q = _quant(node.meta.get("output_qparams", {}).get(0))
-        tpl = step_template.template(program, self.tosa_spec, quantized=bool(in_q))
+        n = program.num_states
+        pins = {n: in_q.get(0)}  # x_t at the projection's scale; a lone h at the result's
+        pins.update({0: out_q} if n == 1 else {})
+        pins = {k: q for k, q in pins.items() if q is not None}
+        tpl = step_template.template(program, self.tosa_spec, bool(in_q), pins)
         w = _Writer(tosa_graph, node.name)
         xs, states0 = inputs[0], [a for a in inputs[1:3] if a.name]
         rows, width = int(states0[0].shape[0]), int(xs.shape[-1])  # batch, gate width
@@ -173,7 +185,6 @@ class ScanVisitor(NodeVisitor):
         def role_quant(role):  # the step's qparams for step input `role`
             return tpl.input_quant[tpl.input_roles.index(role)]
 
-        n = program.num_states
         x2d = xs.name if len(xs.shape) == 2 else w.reshape(xs.name, (total * rows, width), dtype)
         x2d = w.rescale(x2d, (total * rows, width), dtype, in_q.get(0), role_quant(n))
         dtype = _dtype_of(role_quant(n), dtype)  # the step's x_t type (int16 state: int16)
@@ -187,11 +198,22 @@ class ScanVisitor(NodeVisitor):
         written: set = set()
         x_role = tpl.input_roles.index(n)
         view = tpl.tosa.only_sliced(x_role)  # the step slices x_t into gate blocks itself
-        for t in order:
+        h_in, h_out = tpl.input_roles.index(0), tpl.output_roles.index(0)
+        fan = bool(tpl.tosa.tail(h_out))  # h's readers get copies, not Vela's memory copies
+        h_spec, private = tpl.tosa.outputs[h_out], None
+        for k, t in enumerate(order):
             row = (first + t) * rows
             x_t = RowView(x2d, row) if view else w.slice_rows(x2d, row, rows, width, dtype)
             step_inputs = [*states, x_t]
             outs = [w.tensor(f"t{t}_out", spec.shape, spec.dtype) for spec in tpl.tosa.outputs]
+            copies = None
+            if fan and k < steps - 1:  # one for Y, one per RESHAPE reading h in the next step
+                names = [w.tensor(f"t{t}_h", h_spec.shape, h_spec.dtype)]
+                names += [
+                    w.tensor(f"t{t}_h", h_spec.shape, h_spec.dtype)
+                    for _ in range(tpl.tosa.reshape_readers(h_in))
+                ]
+                copies = {h_out: names}
             tpl.tosa.instantiate(
                 tosa_graph,
                 f"{node.name}_t{t}_",
@@ -199,9 +221,12 @@ class ScanVisitor(NodeVisitor):
                 outs,
                 f"{node.name}_const_",
                 written,
+                copies=copies,
+                private=private,
             )
             states = [outs[tpl.output_roles.index(i)] for i in range(n)]
-            ys[t] = states[0]
+            ys[t] = copies[h_out][0] if copies else states[0]
+            private = {h_in: copies[h_out][1:]} if copies else None
         state_q = [tpl.output_quant[tpl.output_roles.index(i)] for i in range(n)]
         if program.initial_in_ys:  # the given h is a row of Y too (a peeled first step's)
             if role_quant(0) != state_q[0]:  # step_template shares them; checked, not assumed

@@ -52,7 +52,24 @@ def _example(program: scan_op.StepProgram) -> tuple:
     return tuple(torch.zeros(tuple(int(d) for d in s)) for s in shapes)
 
 
-def _quantize(program: scan_op.StepProgram, compile_spec, example: tuple):
+def _pin(prepared: torch.fx.GraphModule, pins: dict) -> None:
+    """Make the observer of step input k report pins[k] (a QuantParams) instead of its own
+    estimate. The observer instance is shared with whatever PT2E shares it with (a state
+    input's with its state output), so the step's structure, and its rescales, stay as they
+    are: only the scale values change."""
+    placeholders = list(prepared.graph.find_nodes(op="placeholder"))
+    for k, q in pins.items():
+        users = [u for u in placeholders[k].users if u.op == "call_module"]
+        if len(users) != 1:
+            raise StepLoweringError(f"step input {k} has {len(users)} observers, expected one")
+        observer = prepared.get_submodule(users[0].target)
+        if observer.dtype != getattr(torch, q.dtype):
+            continue  # another precision inside the step (int16 state): the boundary rescales
+        scale, zero_point = torch.tensor([q.scale]), torch.tensor([q.zero_point])
+        observer.calculate_qparams = lambda s=scale, z=zero_point: (s, z)
+
+
+def _quantize(program: scan_op.StepProgram, compile_spec, example: tuple, pins: dict):
     from executorch.backends.arm.quantizer import TOSAQuantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -65,11 +82,16 @@ def _quantize(program: scan_op.StepProgram, compile_spec, example: tuple):
     prepared = prepare_pt2e(ep.module(), quantizer)
     for sample in program.samples:
         prepared(*sample)
+    _pin(prepared, pins)
     return convert_pt2e(prepared)
 
 
-def lower(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTemplate:
-    """The step of `program` as a TOSA template for `tosa_spec` (a TosaSpecification)."""
+def lower(
+    program: scan_op.StepProgram, tosa_spec, quantized: bool, pins: Optional[dict] = None
+) -> StepTemplate:
+    """The step of `program` as a TOSA template for `tosa_spec` (a TosaSpecification).
+    `pins` maps step inputs to the program's qparams at the scan's boundary (see _pin), so
+    the scan needs no rescale there."""
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
     from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
@@ -78,7 +100,7 @@ def lower(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTempl
 
     spec = TosaCompileSpec(tosa_spec)
     example = _example(program)
-    module = _quantize(program, spec, example) if quantized else program.step
+    module = _quantize(program, spec, example, pins or {}) if quantized else program.step
     edge = to_edge_transform_and_lower(
         torch.export.export(module, example),
         partitioner=[TOSAPartitioner(spec)],
@@ -106,9 +128,11 @@ def lower(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTempl
     )
 
 
-def template(program: scan_op.StepProgram, tosa_spec, quantized: bool) -> StepTemplate:
-    """lower(), cached on the program per (spec, quantized)."""
-    key = (str(tosa_spec), quantized)
+def template(
+    program: scan_op.StepProgram, tosa_spec, quantized: bool, pins: Optional[dict] = None
+) -> StepTemplate:
+    """lower(), cached on the program per (spec, quantized, pins)."""
+    key = (str(tosa_spec), quantized, tuple(sorted((pins or {}).items())))
     if key not in program.templates:
-        program.templates[key] = lower(program, tosa_spec, quantized)
+        program.templates[key] = lower(program, tosa_spec, quantized, pins)
     return program.templates[key]

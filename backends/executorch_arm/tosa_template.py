@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import tosa_serializer as ts
@@ -23,6 +23,9 @@ import tosa_serializer as ts
 from recurrent_lowering.runtime import tosa_flatbuffer
 
 _CONST_OPS = (ts.Op.CONST, ts.Op.CONST_SHAPE)
+# What an output's tail may hold: requantizations, elementwise arithmetic and lookup tables.
+_TAIL_OPS = (ts.Op.RESCALE, ts.Op.ADD, ts.Op.SUB, ts.Op.MUL, ts.Op.TABLE)
+_TAIL_MAX_OPS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +108,34 @@ class TosaTemplate:
             and all(op.op == ts.Op.SLICE and list(op.inputs)[0] == name for op in users)
         )
 
+    def reshape_readers(self, k: int) -> int:
+        """How many RESHAPEs read input k (and nothing else of those ops)."""
+        name = self.inputs[k].name
+        return sum(op.op == ts.Op.RESHAPE and list(op.inputs)[0] == name for op in self.operators)
+
+    def tail(self, k: int) -> list:
+        """Indices of the ops that compute output k from the step's 8/16-bit values: its
+        producer back to the RESCALEs that widen operands to int32, which Vela fuses with the
+        elementwise op between them into one NPU op. [] if output k is not computed so."""
+        producer = {o: i for i, op in enumerate(self.operators) for o in op.outputs}
+        inputs = {t.name for t in self.inputs}
+        chain, frontier = [], [self.outputs[k].name]
+        while frontier:
+            name = frontier.pop()
+            i = producer.get(name)
+            if name in inputs or i is None or self.operators[i].op in _CONST_OPS:
+                continue
+            op = self.operators[i]
+            if op.op not in _TAIL_OPS or len(chain) == _TAIL_MAX_OPS:
+                return []
+            if i not in chain:
+                chain.append(i)
+            source = self._tensors[list(op.inputs)[0]].dtype
+            if op.op == ts.Op.RESCALE and source != ts.DType.INT32:
+                continue  # widening: a leaf, reading a value that other ops read too
+            frontier.extend(op.inputs)
+        return sorted(chain)
+
     def instantiate(
         self,
         tosa_graph,
@@ -113,6 +144,8 @@ class TosaTemplate:
         outputs: Sequence[str],
         constants_prefix: str,
         constants_written: set,
+        copies: Optional[dict] = None,
+        private: Optional[dict] = None,
     ) -> None:
         """Write one copy into `tosa_graph` (a ts.TosaSerializer being built).
 
@@ -120,12 +153,24 @@ class TosaTemplate:
         template's inputs / outputs (the caller creates them); an input may instead be a
         RowView (for inputs with `only_sliced`). Every other tensor is renamed
         `prefix + name`, constants `constants_prefix + name` and written once (their names are
-        recorded in `constants_written`)."""
+        recorded in `constants_written`).
+
+        Vela copies a value that has several readers where one of them is a RESHAPE or a
+        CONCAT. `copies` {output k: [names]} writes each name by its own copy of `tail(k)`
+        (a few fused NPU cycles instead of a copy), and `private` {input k: [names]} makes
+        input k's RESHAPEs read those names, one each, instead of the shared input."""
         if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
             raise ValueError(
                 f"template has {len(self.inputs)} inputs / {len(self.outputs)} outputs, "
                 f"got {len(inputs)} / {len(outputs)}"
             )
+        readers = {}  # id of a RESHAPE op -> the private tensor it reads
+        for k, names_k in (private or {}).items():
+            ops = [o for o in self.operators if o.op == ts.Op.RESHAPE]
+            ops = [o for o in ops if list(o.inputs)[0] == self.inputs[k].name]
+            if len(ops) != len(names_k):
+                raise ValueError(f"input {k} has {len(ops)} RESHAPE readers, got {names_k}")
+            readers.update({id(o): n for o, n in zip(ops, names_k)})
         views = {t.name: v for t, v in zip(self.inputs, inputs) if isinstance(v, RowView)}
         names = {t.name: n for t, n in zip(self.inputs, inputs) if t.name not in views}
         names.update({t.name: n for t, n in zip(self.outputs, outputs)})
@@ -161,4 +206,29 @@ class TosaTemplate:
                 ins = [view.source, shifted, names[ins[2]]]
             else:
                 ins = [names[n] for n in ins]
+            if id(op) in readers:
+                ins[0] = readers[id(op)]
             block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))
+        for k, names_k in (copies or {}).items():
+            self._write_tail(block, k, names_k, names, prefix)
+
+    def _write_tail(self, block, k: int, targets: Sequence[str], names: dict, prefix: str):
+        """Copies of tail(k), each ending in one of `targets` instead of output k."""
+        chain = self.tail(k)
+        if not chain:
+            raise ValueError(f"output {k} has no tail to copy")
+        out = self.outputs[k].name
+        for j, target in enumerate(targets):
+            renamed = dict(names)
+            for i in chain:
+                for n in self.operators[i].outputs:
+                    if n == out:
+                        renamed[n] = target
+                        continue
+                    renamed[n] = f"{prefix}fan{j}_{n}"
+                    t = self._tensors[n]
+                    block.addTensor(renamed[n], list(t.shape), t.dtype)
+            for i in chain:
+                op = self.operators[i]
+                ins, outs = [renamed[n] for n in op.inputs], [renamed[n] for n in op.outputs]
+                block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))

@@ -3,6 +3,8 @@ by ExecuTorch and copied per timestep into the delegate's TOSA (scan_op, step_te
 scan_tosa). Checked against torch eager: in eager (the node's own kernel), on the TOSA
 reference model (FP and INT), and through Vela for Ethos-U55."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -62,6 +64,26 @@ def _two_copies(template: TosaTemplate) -> bytes:
     return graph.serialize()
 
 
+def _with_tail_copies(template: TosaTemplate, k: int, count: int) -> bytes:
+    """`template` once, its output k also written by `count` copies of its tail."""
+    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
+    block = graph.currRegion.currBasicBlock
+    for i, t in enumerate(template.inputs):
+        graph.addInputTensor(ts.TosaSerializerTensor(f"in{i}", list(t.shape), t.dtype, data=None))
+    outs = [f"out{i}" for i in range(len(template.outputs))]
+    copies = [f"copy{j}" for j in range(count)]
+    spec = template.outputs[k]
+    for i, t in enumerate(template.outputs):
+        block.addTensor(outs[i], list(t.shape), t.dtype)
+    for name in copies:
+        block.addTensor(name, list(spec.shape), spec.dtype)
+    inputs = [f"in{i}" for i in range(len(template.inputs))]
+    template.instantiate(graph, "s_", inputs, outs, "const_", set(), copies={k: copies})
+    for name in outs + copies:
+        graph.addOutputTensor(block.getTensorByName(name))
+    return graph.serialize()
+
+
 def test_template_copies_are_bit_exact(tmp_path):
     module, inputs = _small("gru", T=3)
     result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path, strategy="scan")
@@ -105,6 +127,18 @@ def test_scan_int_tosa_shares_one_state_quantization(tmp_path):
     # (the first, from a zero state, is peeled into ordinary ops), each with its TABLEs
     step_tables = sum(1 for op in template.tosa.operators if op.op == ts.Op.TABLE)
     assert step_tables > 0 and result.tosa_op_counts["TABLE"] >= 5 * step_tables
+    # h' comes from a short elementwise tail (scan_tosa writes copies of it for h's readers
+    # that Vela would otherwise copy): the copies compute the same integers
+    k = template.output_roles.index(0)
+    tail = [template.tosa.operators[i].op for i in template.tosa.tail(k)]
+    assert 0 < len(tail) <= 8 and ts.Op.MATMUL not in tail, tail
+    source = _with_tail_copies(template.tosa, k, 2)
+    rng = np.random.default_rng(0)
+    ins, _ = tosa_flatbuffer.graph_io(source)
+    feeds = [rng.integers(-128, 128, size=i.shape).astype(np.int8) for i in ins]
+    outs = tosa_reference.run(source, feeds)
+    for copy in outs[-2:]:
+        np.testing.assert_array_equal(copy, outs[k])
     assert flow.check_numerics(result, module, inputs).sqnr_db > 30
 
 
@@ -146,3 +180,35 @@ def test_int16_state_in_an_int8_program(tmp_path):
         assert info.tosa_dtype == "INT8"  # the program's input stays int8 either way
         sqnr[bits] = flow.check_numerics(result, module, inputs).sqnr_db
     assert sqnr[16] > sqnr[8] + 3  # measured: 34.6 -> 38.3 dB
+
+
+def test_scan_boundaries_and_copies_on_ethos_u85(tmp_path):
+    """Vela copies a value with several readers when one of them is a RESHAPE or a CONCAT,
+    and copies a column slice: each looped step's h reaches Y and the next step's MATMUL
+    through copies of its last fused op (scan_tosa), each direction has its own projection
+    (no column slice), and the step takes the projection's and Y's scales (no RESCALE of
+    the projection at the scan's boundary). What is left are the peeled first steps' h
+    (read by Y and by step 1) and the head's concat of the two directions."""
+    module, inputs = _small("gru", layers=2, bidirectional=True, T=6)
+    result = flow.lower(module, inputs, "ethos-u85-256", artifact_dir=tmp_path, strategy="scan")
+    assert result.num_delegates == 1
+    ops = result.vela.ops
+    looped = [op for op in ops if op.npu_op == "MemoryCopy" and re.search(r"_t\d+_", op.name)]
+    assert looped == [], [op.name for op in looped]
+    copies = [op for op in ops if op.npu_op == "MemoryCopy"]
+    # 4 peeled steps: a reshape copy each and a concat row each; 2 + 2 concat parts between
+    # the layers and before the head
+    assert len(copies) <= 12, [(op.original_op, op.name) for op in copies]
+    assert not any(op.original_op == "Slice" for op in copies)
+    graph = ts.TosaSerializer("")
+    assert graph.loadTosaFlatbuffer(str(result.tosa_files[0]))
+    block = graph.regions[0].basicBlocks[0]
+    shapes = {n: tuple(block.getTensorByName(n).shape) for n in block.tensors.keys()}
+    projections = [(6, 24)]  # [T*B, 3H] int8 -> int8 requantized whole: the boundary rescale
+    boundary = [
+        op
+        for op in block.operators
+        if op.op == ts.Op.RESCALE and shapes.get(list(op.inputs)[0]) in projections
+    ]
+    assert boundary == []
+    assert flow.check_numerics(result, module, inputs).sqnr_db > 30
