@@ -114,10 +114,11 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     if p.split_product:  # [i|f|o] and g: one product per activation
         pre = x[..., : (k + 1) * H] + e.linear(h, p.r, name=p.label + "_R_ifo")
         pre_g = x[..., (k + 1) * H : (k + 2) * H] + e.linear(h, p.r_g, name=p.label + "_R_g")
-    else:
-        pre = x + e.linear(h, p.r, name=p.label + "_R")  # one recurrent matmul for all gates
-        pre_g = pre[..., (k + 1) * H : (k + 2) * H]
-        pre = pre[..., : (k + 1) * H]
+    else:  # one recurrent matmul for all gates, added per activation group (as the GRU's):
+        # each sum is read by its activation alone, which an NPU fuses into the add
+        hr = e.linear(h, p.r, name=p.label + "_R")
+        pre = x[..., : (k + 1) * H] + hr[..., : (k + 1) * H]
+        pre_g = x[..., (k + 1) * H : (k + 2) * H] + hr[..., (k + 1) * H : (k + 2) * H]
     if p.p_o is None:  # no peepholes: i, f, o share one activation
         gates = e.act(act_f, p.clip_(e, pre))
     else:  # i, f see c, o sees c': two activations

@@ -26,19 +26,21 @@ PER_STEP = {
     ("GRU", "lbr=1"): C(slice=4, linear=1, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
     # [x_r|x_z] + h R_rz^T; f; r, z; (r*h) R_n^T; x_n + ..; g; h' = n + z*(h-n)
     ("GRU", "lbr=0"): C(slice=2, linear=2, add=3, sigmoid=1, mul=2, tanh=1, sub=1),
-    # pre = x + h R^T; f over [i|f|o]; g; i, f, o; c' = f*c + i*g; h' = o * h(c')
-    ("LSTM", "plain"): C(slice=5, linear=1, add=2, sigmoid=1, tanh=2, mul=3),
+    # hR = h R^T; [hR_i|hR_f|hR_o], hR_g; x_ifo + hR_ifo; f over it; x_g + hR_g; g;
+    # i, f, o; c' = f*c + i*g; h' = o * h(c')
+    ("LSTM", "plain"): C(slice=5, linear=1, add=3, sigmoid=1, tanh=2, mul=3),
     # f dropped from the projection; c' = c + i * (g - c)
-    ("LSTM", "input_forget"): C(slice=4, linear=1, add=2, sigmoid=1, tanh=2, mul=2, sub=1),
+    ("LSTM", "input_forget"): C(slice=4, linear=1, add=3, sigmoid=1, tanh=2, mul=2, sub=1),
     # i, f see [c|c]; o sees c' separately
-    ("LSTM", "peephole"): C(slice=5, linear=1, add=4, sigmoid=2, tanh=2, mul=5, concat=1),
+    ("LSTM", "peephole"): C(slice=6, linear=1, add=5, sigmoid=2, tanh=2, mul=5, concat=1),
     # projection: one more linear
-    ("LSTM", "proj"): C(slice=5, linear=2, add=2, sigmoid=1, tanh=2, mul=3),
+    ("LSTM", "proj"): C(slice=5, linear=2, add=3, sigmoid=1, tanh=2, mul=3),
     ("RNN", "plain"): C(linear=1, add=1, tanh=1),
 }
 # The loop body gets the step's whole projection row: it slices x's gate blocks itself
-# (GRU: [x_r|x_z] and x_n), which unrolled emission does once per sequence.
-LOOP_EXTRA = {"GRU": C(slice=2), "LSTM": C(), "RNN": C()}
+# (GRU: [x_r|x_z] and x_n; LSTM: [x_i|x_f|x_o] and x_g), which unrolled emission does once
+# per sequence.
+LOOP_EXTRA = {"GRU": C(slice=2), "LSTM": C(slice=2), "RNN": C()}
 VARIANTS = {
     "lbr=1": dict(linear_before_reset=True),
     "lbr=0": dict(linear_before_reset=False),
