@@ -309,6 +309,7 @@ def _replace(
             if u.users:
                 u.replace_all_uses_with(results[u.args[1]])
             graph.erase_node(u)
+    b.drop_unread_final_c()
     args = [a for a in node.all_input_nodes]
     graph.erase_node(node)
     _erase_dead(graph, args)

@@ -232,6 +232,7 @@ class FxBuilder(Builder):
             self.meta = {k: meta_from.meta[k] for k in PROVENANCE_KEYS if k in meta_from.meta}
         self.nodes: list[Node] = []  # every call_function emitted, in order
         self._n_weights = 0
+        self._final_c: list = []  # (scan node, its Y slice, c_n slice, c_n) per LSTM scan
 
     # --- plumbing -----------------------------------------------------------------------
     def call(self, target, *args, **kwargs) -> Node:
@@ -412,8 +413,33 @@ class FxBuilder(Builder):
         last = 0 if reverse else rows - 1
         final = [self.squeeze(self.slice(ys, 0, last, last + 1), 0)]
         if len(carried) > 1:
-            final.append(self.squeeze(self.slice(node, 0, rows, rows + 1), 0))
+            c_row = self.slice(node, 0, rows, rows + 1)
+            final.append(self.squeeze(c_row, 0))
+            self._final_c.append((node, ys, c_row, final[-1]))
         return final, [ys]
+
+    def drop_unread_final_c(self) -> None:
+        """Once the layer's users are wired: an LSTM scan whose c_n nobody reads stops
+        returning it. Its result is then Y alone, quantized with h's range rather than c's
+        (which is wider), and Vela copies no row slices out of it (lstm_a on U85: 16)."""
+        from . import scan_op
+
+        if not self._final_c:
+            return
+        for n in reversed(list(self.nodes)):  # what reads c_n may itself be unread
+            if not n.users and n.target is not scan_op.OP:
+                self.graph.erase_node(n)
+                self.nodes.remove(n)
+        for node, ys, c_row, c_n in self._final_c:
+            if c_n in self.nodes or c_row in self.nodes:  # c_n is read
+                continue
+            scan_op.program(node.args[3]).final_c = False
+            fake = [a.meta["val"] if isinstance(a, Node) else a for a in node.args]
+            with self.fake_mode:
+                node.meta["val"] = node.target(*fake)
+            ys.replace_all_uses_with(node)
+            self.graph.erase_node(ys)
+            self.nodes.remove(ys)
 
     def _rows_view(self, xs: Node, batch: int) -> Node:
         """xs [T, B, G] as its [T*B, G] view, also for the rows read outside the loop.

@@ -12,7 +12,8 @@ The steps read rows first .. first + T - 1 of xs (the StepProgram's `first` and 
 loop can start after a peeled first step without a sliced copy of the projection). The
 result holds h after every step in time order (the layer's Y, of which the last step, or
 the first when reversed, is h_n; with `initial_in_ys` the given h too, as the first row or
-the last when reversed), then c_n when the cell carries c. `key` names the
+the last when reversed), then c_n when the cell carries c and the program reads it
+(FxBuilder.drop_unread_final_c). `key` names the
 StepProgram in this process's registry: the node is a lowering-time form, never saved.
 
 Eager calls (PT2E calibration runs the prepared model eagerly) record each step's float
@@ -46,6 +47,7 @@ class StepProgram:
     first: int  # the first row of xs the loop reads
     steps: int  # how many rows it reads
     initial_in_ys: bool = False  # the result also holds the initial h (Builder.scan)
+    final_c: bool = True  # the result ends with c_n (dropped when nobody reads it)
     samples: list = dataclasses.field(default_factory=list)  # tuples of step inputs
     max_samples: int = 4096
     quant_config: Optional[object] = None  # the Arm QuantizationConfig the layer was given
@@ -90,7 +92,7 @@ def run(p: StepProgram, xs: torch.Tensor, h: torch.Tensor, c: Optional[torch.Ten
         ys[t] = states[0]
     if p.initial_in_ys:
         ys = ys + [h] if p.reverse else [h] + ys
-    return torch.stack(ys + states[1:], 0)
+    return torch.stack(ys + (states[1:] if p.final_c else []), 0)
 
 
 @torch.library.impl(_LIB, "scan", "CompositeExplicitAutograd")
@@ -101,4 +103,5 @@ def _scan(xs, h, c, key):
 @torch.library.register_fake("recurrent_lowering::scan")
 def _scan_fake(xs, h, c, key):
     p = program(key)
-    return h.new_empty((p.steps + p.initial_in_ys + (0 if c is None else 1), *h.shape))
+    rows = p.steps + p.initial_in_ys + (c is not None and p.final_c)
+    return h.new_empty((rows, *h.shape))

@@ -172,7 +172,7 @@ class ScanVisitor(NodeVisitor):
         out_q = _quant(node.meta.get("output_qparams", {}).get(0))
         n = program.num_states
         pins = {n: in_q.get(0)}  # x_t at the projection's scale; a lone h at the result's
-        pins.update({0: out_q} if n == 1 else {})
+        pins.update({0: out_q} if n == 1 or not program.final_c else {})
         pins = {k: q for k, q in pins.items() if q is not None}
         tpl = step_template.template(program, self.tosa_spec, bool(in_q), pins)
         w = _Writer(tosa_graph, node.name)
@@ -237,8 +237,9 @@ class ScanVisitor(NodeVisitor):
         y_rows = len(ys) * rows
         parts = [w.concat(ys, 0, (y_rows, hidden), state_dtype)]
         parts = [w.rescale(parts[0], (y_rows, hidden), state_dtype, state_q[0], out_q)]
-        for i in range(1, n):  # c_n after Y
+        finals = range(1, n) if program.final_c else ()
+        for i in finals:  # c_n after Y
             parts.append(w.rescale(states[i], (rows, hidden), output.dtype, state_q[i], out_q))
-        total = y_rows + (n - 1) * rows
+        total = y_rows + len(finals) * rows
         y = w.concat(parts, 0, (total, hidden), output.dtype)
         w.reshape(y, output.shape, output.dtype, out=output.name)

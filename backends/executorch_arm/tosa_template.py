@@ -93,6 +93,23 @@ class TosaTemplate:
         self.constants = {
             name for op in self.operators if op.op in _CONST_OPS for name in op.outputs
         }
+        # Vela chains a TABLE into the op before it only if that op's result has no other
+        # reader (else the TABLE is a separate op: 440 cycles for 128 values on U85). Such
+        # TABLEs (LSTM's tanh(c'), c' also being the next step's c) read their own copy of
+        # their input's tail.
+        readers: dict = {}
+        for op in self.operators:
+            for n in op.inputs:
+                readers[n] = readers.get(n, 0) + 1
+        for t in self.outputs:
+            readers[t.name] = readers.get(t.name, 0) + 1
+        self._table_tails = {}
+        for i, op in enumerate(self.operators):
+            source = list(op.inputs)[0] if op.op == ts.Op.TABLE else None
+            if source is not None and readers[source] > 1:
+                chain = self._tail_of(source)
+                if chain:
+                    self._table_tails[i] = chain
 
     def _spec(self, name: str) -> TensorSpec:
         t = self._tensors[name]
@@ -117,9 +134,12 @@ class TosaTemplate:
         """Indices of the ops that compute output k from the step's 8/16-bit values: its
         producer back to the RESCALEs that widen operands to int32, which Vela fuses with the
         elementwise op between them into one NPU op. [] if output k is not computed so."""
+        return self._tail_of(self.outputs[k].name)
+
+    def _tail_of(self, tensor: str) -> list:
         producer = {o: i for i, op in enumerate(self.operators) for o in op.outputs}
         inputs = {t.name for t in self.inputs}
-        chain, frontier = [], [self.outputs[k].name]
+        chain, frontier = [], [tensor]
         while frontier:
             name = frontier.pop()
             i = producer.get(name)
@@ -190,7 +210,7 @@ class TosaTemplate:
             names[name] = constants_prefix + name
             if names[name] not in constants_written:
                 block.addShape(names[name], shape.rank, _values(shape.data, ts.DType.SHAPE))
-        for op in self.operators:
+        for i, op in enumerate(self.operators):
             outs = [names[n] for n in op.outputs]
             if op.op in _CONST_OPS:
                 if outs[0] in constants_written:
@@ -208,27 +228,37 @@ class TosaTemplate:
                 ins = [names[n] for n in ins]
             if id(op) in readers:
                 ins[0] = readers[id(op)]
+            if i in self._table_tails:  # the TABLE reads its own copy of its input's tail
+                lut, source = f"{prefix}lut{i}_", list(op.inputs)[0]
+                ins[0] = self._write_copy(
+                    block, self._table_tails[i], source, lut + source, names, lut
+                )
             block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))
         for k, names_k in (copies or {}).items():
             self._write_tail(block, k, names_k, names, prefix)
 
     def _write_tail(self, block, k: int, targets: Sequence[str], names: dict, prefix: str):
-        """Copies of tail(k), each ending in one of `targets` instead of output k."""
+        """Copies of tail(k), each ending in one of `targets` (existing tensors) instead of
+        output k."""
         chain = self.tail(k)
         if not chain:
             raise ValueError(f"output {k} has no tail to copy")
-        out = self.outputs[k].name
         for j, target in enumerate(targets):
-            renamed = dict(names)
-            for i in chain:
-                for n in self.operators[i].outputs:
-                    if n == out:
-                        renamed[n] = target
-                        continue
-                    renamed[n] = f"{prefix}fan{j}_{n}"
+            out = self.outputs[k].name
+            self._write_copy(block, chain, out, target, names, f"{prefix}fan{j}_", existing=True)
+
+    def _write_copy(self, block, chain, out, target, names, prefix, existing=False) -> str:
+        """The ops `chain` once more, their results renamed `prefix + name` and `out`'s
+        `target` (created here unless `existing`); returns target."""
+        renamed = dict(names)
+        for i in chain:
+            for n in self.operators[i].outputs:
+                renamed[n] = target if n == out else prefix + n
+                if n != out or not existing:
                     t = self._tensors[n]
                     block.addTensor(renamed[n], list(t.shape), t.dtype)
-            for i in chain:
-                op = self.operators[i]
-                ins, outs = [renamed[n] for n in op.inputs], [renamed[n] for n in op.outputs]
-                block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))
+        for i in chain:
+            op = self.operators[i]
+            ins, outs = [renamed[n] for n in op.inputs], [renamed[n] for n in op.outputs]
+            block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))
+        return target
