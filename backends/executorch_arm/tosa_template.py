@@ -126,7 +126,7 @@ class TosaTemplate:
         )
 
     def reshape_readers(self, k: int) -> int:
-        """How many RESHAPEs read input k (and nothing else of those ops)."""
+        """How many RESHAPEs read input k."""
         name = self.inputs[k].name
         return sum(op.op == ts.Op.RESHAPE and list(op.inputs)[0] == name for op in self.operators)
 
