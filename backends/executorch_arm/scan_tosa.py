@@ -201,19 +201,19 @@ class ScanVisitor(NodeVisitor):
         h_in, h_out = tpl.input_roles.index(0), tpl.output_roles.index(0)
         fan = bool(tpl.tosa.tail(h_out))  # h's readers get copies, not Vela's memory copies
         h_spec, private = tpl.tosa.outputs[h_out], None
+        h_copies = 1 + len(tpl.tosa.reshape_readers(h_in))  # one for Y, one per RESHAPE
         for k, t in enumerate(order):
             row = (first + t) * rows
             x_t = RowView(x2d, row) if view else w.slice_rows(x2d, row, rows, width, dtype)
             step_inputs = [*states, x_t]
             outs = [w.tensor(f"t{t}_out", spec.shape, spec.dtype) for spec in tpl.tosa.outputs]
             copies = None
-            if fan and k < steps - 1:  # one for Y, one per RESHAPE reading h in the next step
-                names = [w.tensor(f"t{t}_h", h_spec.shape, h_spec.dtype)]
-                names += [
-                    w.tensor(f"t{t}_h", h_spec.shape, h_spec.dtype)
-                    for _ in range(tpl.tosa.reshape_readers(h_in))
-                ]
-                copies = {h_out: names}
+            if fan and k < steps - 1:  # h's readers in Y and in the next step
+                copies = {
+                    h_out: [
+                        w.tensor(f"t{t}_h", h_spec.shape, h_spec.dtype) for _ in range(h_copies)
+                    ]
+                }
             tpl.tosa.instantiate(
                 tosa_graph,
                 f"{node.name}_t{t}_",

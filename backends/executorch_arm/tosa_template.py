@@ -12,6 +12,7 @@ Constants (CONST / CONST_SHAPE outputs) are written once and shared by every cop
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import tempfile
@@ -93,16 +94,14 @@ class TosaTemplate:
         self.constants = {
             name for op in self.operators if op.op in _CONST_OPS for name in op.outputs
         }
+        self._producer = {o: i for i, op in enumerate(self.operators) for o in op.outputs}
+        self._tails: dict = {}  # tensor name -> _tail_of(name)
         # Vela chains a TABLE into the op before it only if that op's result has no other
         # reader (else the TABLE is a separate op: 440 cycles for 128 values on U85). Such
         # TABLEs (LSTM's tanh(c'), c' also being the next step's c) read their own copy of
         # their input's tail.
-        readers: dict = {}
-        for op in self.operators:
-            for n in op.inputs:
-                readers[n] = readers.get(n, 0) + 1
-        for t in self.outputs:
-            readers[t.name] = readers.get(t.name, 0) + 1
+        readers = collections.Counter(n for op in self.operators for n in op.inputs)
+        readers.update(t.name for t in self.outputs)
         self._table_tails = {}
         for i, op in enumerate(self.operators):
             source = list(op.inputs)[0] if op.op == ts.Op.TABLE else None
@@ -125,10 +124,10 @@ class TosaTemplate:
             and all(op.op == ts.Op.SLICE and list(op.inputs)[0] == name for op in users)
         )
 
-    def reshape_readers(self, k: int) -> int:
-        """How many RESHAPEs read input k."""
+    def reshape_readers(self, k: int) -> list:
+        """The RESHAPE ops that read input k."""
         name = self.inputs[k].name
-        return sum(op.op == ts.Op.RESHAPE and list(op.inputs)[0] == name for op in self.operators)
+        return [o for o in self.operators if o.op == ts.Op.RESHAPE and list(o.inputs)[0] == name]
 
     def tail(self, k: int) -> list:
         """Indices of the ops that compute output k from the step's 8/16-bit values: its
@@ -137,12 +136,16 @@ class TosaTemplate:
         return self._tail_of(self.outputs[k].name)
 
     def _tail_of(self, tensor: str) -> list:
-        producer = {o: i for i, op in enumerate(self.operators) for o in op.outputs}
+        if tensor not in self._tails:
+            self._tails[tensor] = self._find_tail(tensor)
+        return self._tails[tensor]
+
+    def _find_tail(self, tensor: str) -> list:
         inputs = {t.name for t in self.inputs}
         chain, frontier = [], [tensor]
         while frontier:
             name = frontier.pop()
-            i = producer.get(name)
+            i = self._producer.get(name)
             if name in inputs or i is None or self.operators[i].op in _CONST_OPS:
                 continue
             op = self.operators[i]
@@ -186,8 +189,7 @@ class TosaTemplate:
             )
         readers = {}  # id of a RESHAPE op -> the private tensor it reads
         for k, names_k in (private or {}).items():
-            ops = [o for o in self.operators if o.op == ts.Op.RESHAPE]
-            ops = [o for o in ops if list(o.inputs)[0] == self.inputs[k].name]
+            ops = self.reshape_readers(k)
             if len(ops) != len(names_k):
                 raise ValueError(f"input {k} has {len(ops)} RESHAPE readers, got {names_k}")
             readers.update({id(o): n for o, n in zip(ops, names_k)})
@@ -240,11 +242,10 @@ class TosaTemplate:
     def _write_tail(self, block, k: int, targets: Sequence[str], names: dict, prefix: str):
         """Copies of tail(k), each ending in one of `targets` (existing tensors) instead of
         output k."""
-        chain = self.tail(k)
+        chain, out = self.tail(k), self.outputs[k].name
         if not chain:
             raise ValueError(f"output {k} has no tail to copy")
         for j, target in enumerate(targets):
-            out = self.outputs[k].name
             self._write_copy(block, chain, out, target, names, f"{prefix}fan{j}_", existing=True)
 
     def _write_copy(self, block, chain, out, target, names, prefix, existing=False) -> str:
