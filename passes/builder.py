@@ -14,6 +14,7 @@ them to its graph's float dtype.
 from __future__ import annotations
 
 import abc
+import re
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -39,6 +40,19 @@ class RuntimeArray(np.ndarray):
 
 def is_constant(v) -> bool:
     return isinstance(v, np.ndarray) and not isinstance(v, RuntimeArray)
+
+
+# `linear` weight names the core gives: "l0_fwd_W" / "l0_W" (the input projection, hoisted:
+# once per sequence), "l0_fwd_R", "l0_fwd_R_rz", ... (recurrent weights) and "l0_fwd_proj"
+# (an LSTM's output projection), which every timestep reads.
+_PER_STEP_WEIGHT = re.compile(r"l\d+_(fwd|rev)_(R(_[a-z]+)?|proj)")
+
+
+def reads_every_step(weight_name: str) -> bool:
+    """Whether a `linear`'s weight (by the name the core gave it) is read at every timestep.
+    Builders may treat these apart, e.g. store them with fewer bits: on an NPU that streams
+    weights from flash, their reads bound the recurrence."""
+    return _PER_STEP_WEIGHT.fullmatch(weight_name) is not None
 
 
 class Builder(abc.ABC):

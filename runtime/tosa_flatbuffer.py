@@ -105,3 +105,42 @@ def count_ops(source: TosaSource, include_constants: bool = True) -> int:
     """Total number of TOSA operators; `include_constants=False` drops CONST/CONST_SHAPE."""
     counts = op_counts(source)
     return sum(n for op, n in counts.items() if include_constants or op not in CONSTANT_OPS)
+
+
+def op_inputs(source: TosaSource, op_name: str, index: int) -> list[TensorInfo]:
+    """Input `index` of every `op_name` operator of the main block, in graph order (e.g. the
+    weights of every CONV2D: op_inputs(f, "CONV2D", 1))."""
+    block = _main_block(_graph(load_bytes(source)))
+    names = []
+    for o in range(block.OperatorsLength()):
+        op = block.Operators(o)
+        if _OP_NAMES.get(op.Op()) == op_name and op.InputsLength() > index:
+            names.append(op.Inputs(index).decode())
+    return _tensor_infos(block, names)
+
+
+def unpack_int4(raw, count: int) -> np.ndarray:
+    """`count` INT4 values from their serialized bytes: two per byte, the first in the low
+    nibble (as tosa_serializer packs them), sign-extended to int8."""
+    if not isinstance(raw, (bytes, bytearray)):
+        raw = np.asarray(raw, dtype=np.uint8).tobytes()
+    b = np.frombuffer(raw, np.uint8)
+    v = np.stack([b & 0xF, b >> 4], axis=-1).reshape(-1)[:count].astype(np.int8)
+    return np.where(v >= 8, v - 16, v).astype(np.int8)
+
+
+def constant_values(source: TosaSource, name: str) -> np.ndarray:
+    """The values of constant tensor `name` of the main block, in its shape."""
+    block = _main_block(_graph(load_bytes(source)))
+    for i in range(block.TensorsLength()):
+        t = block.Tensors(i)
+        if t.Name().decode() != name:
+            continue
+        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        raw, dtype = t.DataAsNumpy(), _DTYPE_NAMES.get(t.Type(), str(t.Type()))
+        if dtype == "INT4":
+            return unpack_int4(raw, int(np.prod(shape))).reshape(shape)
+        if dtype not in NUMPY_DTYPES or dtype == "INT48":
+            raise ValueError(f"tensor {name}: cannot read TOSA type {dtype}")
+        return np.frombuffer(raw.tobytes(), NUMPY_DTYPES[dtype]).reshape(shape)
+    raise KeyError(f"no tensor {name!r} in the TOSA graph")

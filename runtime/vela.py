@@ -42,6 +42,23 @@ def default_config(accelerator: str) -> tuple[str, str]:
     return DEFAULT_CONFIGS[family]
 
 
+def config_names() -> tuple[list[str], list[str]]:
+    """(system configs, memory modes) that Vela's default vela.ini defines."""
+    import configparser
+
+    import ethosu
+
+    ini = configparser.ConfigParser()
+    package = pathlib.Path(list(ethosu.__path__)[0])  # a namespace package: no __file__
+    ini.read(package / "config_files" / DEFAULT_CONFIG_INI)
+    names: dict[str, list[str]] = {"System_Config": [], "Memory_Mode": []}
+    for section in ini.sections():
+        kind, _, name = section.partition(".")
+        if kind in names:
+            names[kind].append(name)
+    return names["System_Config"], names["Memory_Mode"]
+
+
 def macs_per_cycle(accelerator: str) -> int:
     """int8 MACs per cycle of an accelerator config: the number after its last dash."""
     return int(accelerator.rsplit("-", 1)[1])

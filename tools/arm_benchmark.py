@@ -11,9 +11,10 @@ from everything in --json, so a partial run is useful and a re-run skips measure
 on whatever machine this runs on (the document records `uptime` load averages).
 
 Variants beyond ExecuTorch's defaults (user choices, --variants): `sram_only` (U55 with
-memory mode Sram_Only: constants in SRAM) and `int16` (int16 activations, int8 weights; U85
-and TOSA INT). `--non_recurrent` lowers a small MLP and conv net with and without our passes
-installed (they must cost nothing there).
+memory mode Sram_Only: constants in SRAM), `int16` (int16 activations, int8 weights; U85
+and TOSA INT), `int16_state` and `rw4` / `rw6` (recurrent weights at 4 / 6 bits).
+`--non_recurrent` lowers a small MLP and conv net with and without our passes installed
+(they must cost nothing there).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ flags.DEFINE_list(
 flags.DEFINE_list(
     "variants",
     [],
-    "extra rows: sram_only (U55), int16 (U85, TOSA INT), int16_state (U55, with ours-loop)",
+    "extra rows: sram_only (U55), int16 (U85, TOSA INT), int16_state (U55, with ours-loop), "
+    "rw4 (U55, U85) and rw6 (U55): recurrent weights at 4 / 6 bits (ours only)",
 )
 flags.DEFINE_bool("non_recurrent", False, "time a small MLP and conv net with/without our passes")
 flags.DEFINE_string("out", "docs/arm_benchmark.md", "Markdown output")
@@ -164,6 +166,8 @@ def measure(model: str, target: str, decomposition: str, variant: str, work: pat
         kwargs["activations"] = "int16"
     elif variant == "int16_state":  # int8 program, loop-form steps in int16
         kwargs["state_bits"] = 16
+    elif variant in ("rw4", "rw6"):  # recurrent weights at 4 / 6 bits (CONV form)
+        kwargs["recurrent_weight_bits"] = int(variant[2:])
     elif variant != "default":
         raise ValueError(f"unknown variant {variant!r}")
     out = work / f"{model}_{target}_{decomposition}_{variant}"
@@ -255,6 +259,8 @@ def _plan() -> list[tuple]:
                 "sram_only": ["ethos-u55-128"],
                 "int16": ["ethos-u85-256"],
                 "int16_state": ["ethos-u55-128"],
+                "rw4": ["ethos-u55-128", "ethos-u85-256"],
+                "rw6": ["ethos-u55-128"],
             }[variant]
             for target in targets:
                 for dec in FLAGS.decompositions:

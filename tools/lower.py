@@ -34,6 +34,17 @@ flags.DEFINE_enum(
     "arithmetic) in int16 (loop form)",
 )
 flags.DEFINE_enum(
+    "recurrent_weight_bits",
+    "8",
+    ["8", "7", "6", "5", "4"],
+    "Ethos-U / TOSA INT: bits of the weights every timestep reads (R, an LSTM's projection); "
+    "fewer bits, fewer bytes streamed per step, lower SQNR (4: TOSA INT4)",
+)
+flags.DEFINE_string("system_config", None, "Ethos-U: Vela system config (default: ExecuTorch's)")
+flags.DEFINE_string(
+    "memory_mode", None, "Ethos-U: Vela memory mode, e.g. Sram_Only (default: ExecuTorch's)"
+)
+flags.DEFINE_enum(
     "onnx_activation_defaults",
     "onnxruntime",
     ["onnxruntime", "spec"],
@@ -65,12 +76,23 @@ def run(argv: list[str]) -> dict:
         tune_for=FLAGS.onnx_tune_for,
         tosa_output=_path_or_none(FLAGS.tosa_output),
         vela_summary=_path_or_none(FLAGS.vela_summary),
+        recurrent_weight_bits=int(FLAGS.recurrent_weight_bits),
+        system_config=FLAGS.system_config,
+        memory_mode=FLAGS.memory_mode,
     )
     if options.tune_for != "portable" and FLAGS.target != "onnx":
         raise LoweringError(
             f"--onnx_tune_for {options.tune_for} shapes a rewritten .onnx for that runtime; "
             f"it applies to --target onnx, not {FLAGS.target}"
         )
+    npu_only = {
+        "--recurrent_weight_bits": options.recurrent_weight_bits != 8,
+        "--system_config": options.system_config is not None,
+        "--memory_mode": options.memory_mode is not None,
+    }
+    for flag, given in npu_only.items():
+        if given and FLAGS.target in ("aten", "onnx"):
+            raise LoweringError(f"{flag} applies to TOSA and Ethos-U targets, not {FLAGS.target}")
     source = model_source.load(argv[1])
     output = model_source.resolve_path(
         FLAGS.output or targets.default_output_name(source.name, FLAGS.target)

@@ -35,19 +35,19 @@ from torch.fx import GraphModule
 
 from recurrent_lowering.passes.spec import SpecError
 
-from . import fallback, scan_op, scan_tosa  # noqa: F401  (scan_tosa registers the scan TOSA)
+from . import fallback, scan_op, scan_tosa, weight_precision  # noqa: F401  (scan_tosa registers)
 from .arm_passes import DecomposeRecurrentPass
 from .decompose import decompose_recurrent
 from .fx_builder import PLAIN, Emission
 from .scan_quantization import annotate_scans
 
 
-def emission_options(target: str) -> Emission:
+def emission_options(target: str, recurrent_weight_bits: int = 8) -> Emission:
     """The emission that gives the fewest Vela cycles on `target` (a TOSA spec string or an
-    Ethos-U accelerator such as "ethos-u85-256"); see docs/arm_benchmark.md."""
-    return Emission(
-        recurrent_product="matmul" if target.lower().startswith("ethos-u85") else "linear"
-    )
+    Ethos-U accelerator such as "ethos-u85-256"); see docs/arm_benchmark.md. Recurrent
+    weights of fewer than 8 bits need the CONV form (a MATMUL's R is an int8 feature map)."""
+    matmul = target.lower().startswith("ethos-u85") and recurrent_weight_bits == 8
+    return Emission(recurrent_product="matmul" if matmul else "linear")
 
 
 STRATEGIES = ("auto", "unrolled", "scan")
@@ -71,6 +71,7 @@ class _QuantizerHook:
     strategy = "auto"
     emission = PLAIN
     state_bits = 8  # 16: loop-form steps keep int16 state and gate arithmetic (int8 around)
+    recurrent_weight_bits = 8  # < 8: per-step weights narrowed (weight_precision)
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         DecomposeRecurrentPass(tfa_pass=True, strategy=self.strategy, emission=self.emission)(model)
@@ -83,6 +84,10 @@ class _QuantizerHook:
             from executorch.backends.arm.quantizer import arm_quantizer
 
             step_config = arm_quantizer.get_symmetric_a16w8_quantization_config(is_per_channel=True)
+        if self.recurrent_weight_bits < 8 and self.global_config is not None:
+            bits = self.recurrent_weight_bits
+            weight_precision.narrow_per_step_weights(model.graph, self.global_config, bits)
+            step_config = weight_precision.narrow(step_config or self.global_config, bits)
         annotate_scans(model.graph, self.global_config, step_config)
         return model
 
@@ -155,7 +160,11 @@ class RecurrentEthosUPartitioner(_PartitionerHook, EthosUPartitioner):
 
 
 def create_quantizer(
-    compile_spec, emission: Emission = PLAIN, strategy: str = "auto", state_bits: int = 8
+    compile_spec,
+    emission: Emission = PLAIN,
+    strategy: str = "auto",
+    state_bits: int = 8,
+    recurrent_weight_bits: int = 8,
 ):
     if isinstance(compile_spec, TosaCompileSpec):
         quantizer = RecurrentTOSAQuantizer(compile_spec)
@@ -166,6 +175,7 @@ def create_quantizer(
     if state_bits not in (8, 16):
         raise ValueError(f"state_bits must be 8 or 16, got {state_bits}")
     quantizer.emission, quantizer.strategy, quantizer.state_bits = emission, strategy, state_bits
+    quantizer.recurrent_weight_bits = weight_precision.check_bits(recurrent_weight_bits)
     return quantizer
 
 

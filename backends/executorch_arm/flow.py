@@ -201,11 +201,14 @@ def _factories(
     partitioner_factory,
     strategy="auto",
     state_bits=8,
+    recurrent_weight_bits=8,
 ):
     """(quantizer factory, partitioner factory) for `decomposition`, explicit ones kept."""
     if decomposition == "executorch":
         from executorch.backends.arm.util._factory import create_partitioner, create_quantizer
 
+        if recurrent_weight_bits != 8:
+            raise ValueError("recurrent_weight_bits applies to decomposition='ours'")
         return quantizer_factory or create_quantizer, partitioner_factory or create_partitioner
     if decomposition != "ours":
         raise ValueError(
@@ -213,10 +216,11 @@ def _factories(
         )
     from . import arm_hooks
 
-    emission = arm_hooks.emission_options(target)
+    emission = arm_hooks.emission_options(target, recurrent_weight_bits)
+    bits = state_bits, recurrent_weight_bits
     return (
         quantizer_factory
-        or (lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits)),
+        or (lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, *bits)),
         partitioner_factory
         or (lambda spec: arm_hooks.create_partitioner(spec, emission=emission, strategy=strategy)),
     )
@@ -238,6 +242,7 @@ def lower(
     activations: str = "int8",
     strategy: str = "auto",
     state_bits: int = 8,
+    recurrent_weight_bits: int = 8,
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
@@ -252,11 +257,28 @@ def lower(
     its step lowered once and copied per step into the TOSA: scan_op, scan_tosa) or "auto"
     (decompose.resolve_strategy: unrolled for short sequences). `state_bits=16` keeps the
     loop form's steps (state and gate arithmetic) in int16 while the rest stays int8.
+    `recurrent_weight_bits` < 8 quantizes the weights every step reads (R, an LSTM's
+    projection) to that many bits, in the CONV form (weight_precision; 4 bits: TOSA INT4,
+    which a TOSA target must name, e.g. "TOSA-1.0+INT+int4").
     """
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
+    if recurrent_weight_bits == 4:
+        if target.startswith("TOSA") and "+int4" not in target:
+            raise ValueError(f"4-bit recurrent weights are TOSA INT4: target {target}+int4")
+        if activations == "int16" or state_bits == 16:
+            raise ValueError(  # ExecuTorch 1.5.1's TOSA CONV2D takes INT4 weights with int8 only
+                "4-bit recurrent weights (TOSA INT4) need int8 activations; use 5-7 bits "
+                "with int16 activations or int16 state"
+            )
     quantizer_factory, partitioner_factory = _factories(
-        decomposition, target, quantizer_factory, partitioner_factory, strategy, state_bits
+        decomposition,
+        target,
+        quantizer_factory,
+        partitioner_factory,
+        strategy,
+        state_bits,
+        recurrent_weight_bits,
     )
 
     example_inputs = tuple(example_inputs)

@@ -47,7 +47,14 @@ from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
-from recurrent_lowering.passes.builder import SCAN, SCAN_WITH_INITIAL, SELECT, Builder, is_constant
+from recurrent_lowering.passes.builder import (
+    SCAN,
+    SCAN_WITH_INITIAL,
+    SELECT,
+    Builder,
+    is_constant,
+    reads_every_step,
+)
 from recurrent_lowering.passes.spec import SpecError
 
 aten = torch.ops.aten
@@ -62,6 +69,8 @@ PROVENANCE_KEYS = (
     "fwd_nn_module_stack",
     DISALLOW_TFA_META_KEY,  # the Arm quantizer's "leave this node in float" mark
 )
+# Meta key on the weight node of a product every timestep reads (Builder.reads_every_step).
+PER_STEP_WEIGHT = "recurrent_lowering_per_step_weight"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,6 +285,8 @@ class FxBuilder(Builder):
                     name or "linear", what, "runtime weights are not supported in torch programs"
                 )
         w = self._weight(weight, name or "weight")
+        if reads_every_step(name):
+            w.meta[PER_STEP_WEIGHT] = True  # weight_precision finds these
         x = self._node(x)
         if self.emission.recurrent_product == "matmul" and self._one_row(x):
             return self._matmul_left(x, w, bias)

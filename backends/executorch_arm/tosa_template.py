@@ -46,11 +46,13 @@ class TensorSpec:
     dtype: object  # ts.DType
 
 
-def _values(raw, dtype) -> np.ndarray:
+def _values(raw, dtype, count: Optional[int] = None) -> np.ndarray:
     """The element values of a tensor's serialized bytes (the serializer reads back bytes but
-    takes values when writing)."""
+    takes values when writing); `count` elements where the bytes alone do not say (INT4)."""
     raw = np.asarray(raw, dtype=np.uint8).tobytes()
     name = dtype.name
+    if name == "INT4":
+        return tosa_flatbuffer.unpack_int4(raw, count)
     if name == "INT48":  # 6 little-endian bytes per element, sign-extended
         b = np.frombuffer(raw, np.uint8).reshape(-1, 6).astype(np.int64)
         v = sum(b[:, k] << (8 * k) for k in range(6))
@@ -204,7 +206,8 @@ class TosaTemplate:
                 names[name] = constants_prefix + name
                 if names[name] in constants_written:
                     continue
-                block.addTensor(names[name], list(t.shape), t.dtype, _values(t.data, t.dtype))
+                values = _values(t.data, t.dtype, int(np.prod(t.shape)))
+                block.addTensor(names[name], list(t.shape), t.dtype, values)
             else:
                 names[name] = prefix + name
                 block.addTensor(names[name], list(t.shape), t.dtype)

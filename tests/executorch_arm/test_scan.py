@@ -84,10 +84,16 @@ def _with_tail_copies(template: TosaTemplate, k: int, count: int) -> bytes:
     return graph.serialize()
 
 
-def test_template_copies_are_bit_exact(tmp_path):
+@pytest.mark.parametrize("weight_bits", [8, 4])  # 4: INT4 constants, two to a byte
+def test_template_copies_are_bit_exact(weight_bits, tmp_path):
     module, inputs = _small("gru", T=3)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path, strategy="scan")
+    target = "TOSA-1.0+INT" + ("+int4" if weight_bits == 4 else "")
+    result = flow.lower(
+        module, inputs, target, tmp_path, strategy="scan", recurrent_weight_bits=weight_bits
+    )
     source = result.tosa_files[0].read_bytes()
+    types = {t.tosa_dtype for t in tosa_flatbuffer.op_inputs(source, "CONV2D", 1)}
+    assert types == ({"INT8", "INT4"} if weight_bits == 4 else {"INT8"})
     template = TosaTemplate(source)
     copies = _two_copies(template)
     counts, source_counts = tosa_flatbuffer.op_counts(copies), tosa_flatbuffer.op_counts(source)

@@ -50,3 +50,42 @@ def test_missing_file_and_unknown_name(workdir):
     result = run_lower(["no_such_example", "--target", "aten"], str(workdir))
     assert result.returncode != 0 and "bundled example" in _error_line(result)
     assert os.listdir(workdir) == []
+
+
+@pytest.mark.parametrize(
+    "args,reason",
+    [
+        (["--target", "onnx", "--recurrent_weight_bits", "4"], "applies to TOSA and Ethos-U"),
+        (["--target", "aten", "--memory_mode", "Sram_Only"], "applies to TOSA and Ethos-U"),
+        (["--target", "TOSA-1.0+FP", "--recurrent_weight_bits", "6"], "applies to INT targets"),
+        (["--target", "TOSA-1.0+INT", "--memory_mode", "Sram_Only"], "are Vela's: not for"),
+        (["--target", "ethos-u55-128", "--memory_mode", "Sram"], "Vela knows Sram_Only,"),
+        (["--target", "ethos-u85-256", "--system_config", "U85"], "Vela knows Ethos_U55_"),
+        (
+            [
+                "--target",
+                "ethos-u85-256",
+                "--recurrent_weight_bits",
+                "4",
+                "--quantization",
+                "int16",
+            ],
+            "needs int8 activations, not --quantization int16",
+        ),
+        (
+            [
+                "--target",
+                "ethos-u55-128",
+                "--recurrent_weight_bits",
+                "6",
+                "--keep_recurrent_on_cpu",
+            ],
+            "keeps them in float on the CPU",
+        ),
+    ],
+)
+def test_npu_options_refused_where_they_do_not_apply(args, reason, workdir):
+    result = run_lower(["tiny_gru", *args, "--output", "out.bin"], str(workdir))
+    assert result.returncode != 0
+    assert reason in _error_line(result)
+    assert os.listdir(workdir) == []

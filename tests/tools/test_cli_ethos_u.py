@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+from recurrent_lowering.runtime import tosa_flatbuffer
 from recurrent_lowering.tests.tools.cli import run_lower
 
 
@@ -42,3 +43,32 @@ def test_report_keys_have_real_values(tmp_path):
     assert (tmp_path / "tiny_gru.error.png").read_bytes()[:4] == b"\x89PNG"
     # The summary on stdout is Markdown, not Vela's own report.
     assert result.stdout.startswith("## tiny_gru -> ethos-u55-128")
+    assert report["quantization"] == {"activations": "int8", "recurrent_weight_bits": 8}
+    assert report["vela"]["memory_mode"] == "Shared_Sram"  # ExecuTorch's default for U55
+
+
+def test_user_choices_weight_bits_and_memory_mode(tmp_path):
+    result = run_lower(
+        [
+            "tiny_gru",
+            "--target=ethos-u55-128",
+            "--recurrent_weight_bits=4",
+            "--memory_mode=Sram_Only",
+            "--report=r.json",
+            "--tosa_output=tiny.tosa",
+        ],
+        str(tmp_path),
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["quantization"] == {"activations": "int8", "recurrent_weight_bits": 4}
+    assert report["vela"]["memory_mode"] == "Sram_Only"
+    assert report["vela"]["system_config"] == "Ethos_U55_High_End_Embedded"
+    types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "tiny.tosa", "CONV2D", 1)]
+    assert types.count("INT4") == 3 and types.count("INT8") == 2  # 3 steps' R; W and the head
+    assert report["numerics"]["sqnr_db"] > 25
+    assert "| quantization | int8, recurrent weights 4-bit |" in result.stdout
+    assert "| Vela system config / memory mode | Ethos_U55_High_End_Embedded / Sram_Only |" in (
+        result.stdout
+    )

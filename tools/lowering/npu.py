@@ -110,15 +110,37 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
 
 
 def _flow_target(options, target: str) -> str:
-    """The flow's target: --quantization int16 needs the TOSA int16 extension, which every
-    Ethos-U compile spec has and TOSA-1.0+INT gets as TOSA-1.0+INT+int16."""
-    if options.quantization == "int8":
-        return target
+    """The flow's target: --quantization int16 needs the TOSA int16 extension and 4-bit
+    recurrent weights the int4 one, which every Ethos-U compile spec has and TOSA-1.0+INT
+    gets added."""
     if target == "TOSA-1.0+FP":
-        raise LoweringError(
-            f"--quantization {options.quantization} applies to INT targets, not TOSA-1.0+FP"
-        )
-    return "TOSA-1.0+INT+int16" if target == "TOSA-1.0+INT" else target
+        for flag, given in (
+            ("--quantization", options.quantization != "int8"),
+            ("--recurrent_weight_bits", options.recurrent_weight_bits != 8),
+        ):
+            if given:
+                raise LoweringError(f"{flag} applies to INT targets, not TOSA-1.0+FP")
+    extensions = []
+    if options.quantization != "int8":
+        extensions.append("int16")
+    if options.recurrent_weight_bits == 4:
+        extensions.append("int4")
+    return "+".join([target, *extensions]) if target == "TOSA-1.0+INT" else target
+
+
+def _vela_options(options, target: str) -> dict:
+    """system_config / memory_mode for flow.lower, checked against Vela's vela.ini."""
+    from recurrent_lowering.runtime import vela
+
+    chosen = {"system_config": options.system_config, "memory_mode": options.memory_mode}
+    if not any(chosen.values()):
+        return {}
+    if not target.startswith("ethos-u"):
+        raise LoweringError(f"--system_config and --memory_mode are Vela's: not for {target}")
+    for (key, value), known in zip(chosen.items(), vela.config_names()):
+        if value is not None and value not in known:
+            raise LoweringError(f"--{key} {value}: Vela knows {', '.join(known)}")
+    return chosen
 
 
 def _arm_factories(options, target: str):
@@ -129,10 +151,21 @@ def _arm_factories(options, target: str):
     from recurrent_lowering.backends.executorch_arm import arm_hooks
     from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
 
-    emission = arm_hooks.emission_options(target)
+    bits = options.recurrent_weight_bits
+    emission = arm_hooks.emission_options(target, bits)
     keep = options.keep_recurrent_on_cpu
     strategy = arm_hooks.strategy_for(options.strategy, keep_recurrent_on_cpu=keep)
     state_bits = 8
+    if bits == 4 and options.quantization != "int8":
+        raise LoweringError(
+            f"--recurrent_weight_bits 4 (TOSA INT4 weights) needs int8 activations, not "
+            f"--quantization {options.quantization}; use 5-7 bits with int16"
+        )
+    if bits != 8 and keep:
+        raise LoweringError(
+            "--recurrent_weight_bits narrows the weights of recurrent layers on the NPU; "
+            "--keep_recurrent_on_cpu keeps them in float on the CPU"
+        )
     if options.quantization == "int16_state":
         if keep or strategy == "unrolled":
             raise LoweringError(
@@ -151,7 +184,7 @@ def _arm_factories(options, target: str):
         return partitioners[-1]
 
     quantizer_factory = rq.quantizer_factory(
-        lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits),
+        lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits, bits),
         keep_recurrent_on_cpu=keep,
     )
     return quantizer_factory, partitioner_factory, partitioners
@@ -207,6 +240,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 quantizer_factory, partitioner_factory, partitioners = _arm_factories(
                     options, report["target"]
                 )
+                vela_options = _vela_options(options, report["target"])
                 result = flow.lower(
                     module,
                     example,
@@ -216,10 +250,16 @@ def _lower(source, options, staging, output, report, progress) -> None:
                     quantizer_factory=quantizer_factory,
                     partitioner_factory=partitioner_factory,
                     activations="int16" if options.quantization == "int16" else "int8",
+                    **vela_options,
                 )
             except flow.FlowError as e:
                 raise LoweringError(str(e)) from e
         staging.path_for(output).write_bytes(result.pte)
+        if result.quantized:
+            report["quantization"].update(
+                activations=options.quantization,
+                recurrent_weight_bits=options.recurrent_weight_bits,
+            )
         report["time"]["stages"].update({f"flow.{k}": round(v, 3) for k, v in result.times.items()})
         report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
         report["ops"]["tosa"] = result.tosa_ops

@@ -28,6 +28,7 @@ def empty(target: str, model: str) -> dict[str, Any]:
             "system_config": None,
             "memory_mode": None,
         },
+        "quantization": {"activations": None, "recurrent_weight_bits": None},
         "numerics": {"reference": None, "max_abs_err": None, "sqnr_db": None, "plot": None},
         "time": {"total_s": None, "stages": {}},
         "warnings": [],
@@ -92,7 +93,15 @@ def summary(report: dict[str, Any]) -> str:
             f"| inference time (Vela estimate) | {_fmt(ms, ' ms')} |",
             f"| SRAM | {_fmt(vela['sram_bytes'], ' B')} |",
             f"| flash | {_fmt(vela['flash_bytes'], ' B')} |",
+            f"| Vela system config / memory mode | {vela['system_config']} / "
+            f"{vela['memory_mode']} |",
         ]
+    quant = report["quantization"]
+    if quant["activations"] is not None:
+        lines.append(
+            f"| quantization | {quant['activations']}, recurrent weights "
+            f"{quant['recurrent_weight_bits']}-bit |"
+        )
     if num["max_abs_err"] is not None:
         lines += [
             f"| max abs error vs fp32 ({num['reference']}) | {_fmt(num['max_abs_err'])} |",

@@ -38,6 +38,9 @@ class Options:
     tune_for: str = "portable"  # portable | onnxruntime (--target onnx)
     tosa_output: pathlib.Path | None = None  # extra copy of the .tosa given to Vela
     vela_summary: pathlib.Path | None = None  # extra copy of Vela's summary CSV
+    recurrent_weight_bits: int = 8  # < 8: weights every step reads narrowed (Ethos-U, TOSA INT)
+    system_config: str | None = None  # Vela's; None: ExecuTorch's default for the target
+    memory_mode: str | None = None
 
 
 def extension(target: str) -> str:
