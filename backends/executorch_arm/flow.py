@@ -263,6 +263,10 @@ def lower(
     """
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
+    wide = {"activations='int16'": activations == "int16", "state_bits=16": state_bits == 16}
+    for what, given in wide.items():
+        if given and target.startswith("TOSA") and "+int16" not in target:
+            raise ValueError(f"{what} needs TOSA's int16 extension: target {target}+int16")
     if recurrent_weight_bits == 4:
         if target.startswith("TOSA") and "+int4" not in target:
             raise ValueError(f"4-bit recurrent weights are TOSA INT4: target {target}+int4")

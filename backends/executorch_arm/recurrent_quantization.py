@@ -118,9 +118,11 @@ def _float_recurrent_layers(graph: torch.fx.Graph) -> None:
                     del inputs[producer]
 
 
-# Ops that move values without computing: TOSA lowers them without a rescale, so their
-# output must keep their input's quantization (the Arm quantizer shares it).
-_SHAPE_OPS = {
+# Ops whose output keeps their input's quantization (the Arm quantizer shares it): TOSA
+# lowers them without a rescale, moving values (shape ops) or clamping them (relu, as a
+# CLAMP at the zero point). A state output computed by one shares its qparams from the op
+# before it.
+_KEEPS_QPARAMS = {
     torch.ops.aten.permute.default,
     torch.ops.aten.view.default,
     torch.ops.aten.reshape.default,
@@ -129,12 +131,16 @@ _SHAPE_OPS = {
     torch.ops.aten.unsqueeze.default,
     torch.ops.aten.transpose.int,
     torch.ops.aten.clone.default,
+    torch.ops.aten.relu.default,
+    torch.ops.aten.relu_.default,
+    torch.ops.aten.hardtanh.default,
+    torch.ops.aten.hardtanh_.default,
 }
 
 
-def _through_shape_ops(node):
-    """The node that computes `node`'s values (skipping permutes, views, squeezes)."""
-    while isinstance(node, Node) and node.op == "call_function" and node.target in _SHAPE_OPS:
+def _qparams_source(node):
+    """The node whose quantization `node` has (skipping permutes, views, squeezes, relus)."""
+    while isinstance(node, Node) and node.op == "call_function" and node.target in _KEEPS_QPARAMS:
         node = node.args[0]
     return node
 
@@ -144,7 +150,7 @@ def _share_state(graph: torch.fx.Graph, pairs: list[tuple[str, int]]) -> list[tu
     outputs = list(graph.output_node().args[0])
     shared = []
     for h0_name, index in pairs:
-        h0, h_n = placeholders.get(h0_name), _through_shape_ops(outputs[index])
+        h0, h_n = placeholders.get(h0_name), _qparams_source(outputs[index])
         annotation = h_n.meta.get(_Q_KEY) if isinstance(h_n, Node) else None
         if h0 is None or annotation is None or _Q_KEY not in h0.meta:
             continue  # not quantized (e.g. left in float): nothing to share

@@ -188,6 +188,68 @@ def test_int16_state_in_an_int8_program(tmp_path):
     assert sqnr[16] > sqnr[8] + 3  # measured: 34.6 -> 38.3 dB
 
 
+def test_int16_state_needs_the_int16_extension(tmp_path):
+    module, inputs = _small("gru", T=3)
+    with pytest.raises(ValueError, match=r"int16 extension: target TOSA-1.0\+INT\+int16"):
+        flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="scan", state_bits=16)
+
+
+class _RnnRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.RNN(4, 8, nonlinearity="relu", batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def test_scan_relu_state_takes_its_quantization_from_the_add(tmp_path):
+    """A relu keeps its input's qparams (TOSA: a CLAMP, no rescale), so the step's state
+    output shares the input state's qparams through the add before it; shared at the relu
+    itself, every step after the first came out shifted (SQNR -0.6 dB; unrolled 41.6)."""
+    torch.manual_seed(0)
+    module = _RnnRelu().eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-0.2, 0.2)
+    inputs = (torch.randn(1, 9, 4),)
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="scan")
+    assert flow.check_numerics(result, module, inputs).sqnr_db > 38  # measured 42.9
+
+
+class _GruWithState(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 8, batch_first=True)
+
+    def forward(self, x, h0):
+        return self.rnn(x, h0)
+
+
+@pytest.mark.parametrize("T", [1, 9])
+def test_scan_keeps_an_initial_state_beyond_the_output_range(T, tmp_path):
+    """A user's h0 may reach beyond the range of every h the layer computes (Y's): the step
+    then keeps its own h scale instead of Y's, which would clip h0 (T=1: 9.6 dB before)."""
+    torch.manual_seed(0)
+    module = _GruWithState().eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-0.2, 0.2)
+    inputs = (torch.randn(1, T, 4), torch.randn(1, 1, 8) * 0.5)
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="scan")
+    assert flow.check_numerics(result, module, inputs).sqnr_db > 32  # measured 37.3, 35.0
+
+
+def test_auto_unrolls_an_lstm_with_proj_size():
+    """The loop form carries h and c of one shape; `auto` unrolls what it cannot write."""
+    lstm = torch.nn.LSTM(4, 8, proj_size=3, batch_first=True)
+    ep = decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "auto")
+    assert not [n for n in _calls(ep) if n.target is scan_op.OP]
+    with torch.no_grad():
+        x = torch.randn(1, 12, 4)
+        torch.testing.assert_close(ep.module()(x), lstm(x), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("kind,layers,bidirectional", [("gru", 2, True), ("lstm", 1, False)])
 def test_scan_boundaries_and_copies_on_ethos_u85(kind, layers, bidirectional, tmp_path):
     """Vela copies a value with several readers when one of them is a RESHAPE or a CONCAT,
