@@ -419,6 +419,7 @@ def render(rows: dict, command: str, loads: list) -> str:
         for key in sorted(variants):
             row = rows[key]
             base = _cycles(rows.get((key[0], key[1], "executorch", "default")))
+            base = base or ANCHORS_ET_CYCLES.get((key[0], key[1]))
             c = _cycles(row)
             vela = row.get("vela", {})
             out.append(
