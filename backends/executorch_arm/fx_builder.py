@@ -237,6 +237,7 @@ class FxBuilder(Builder):
         self.dtype = np.float64 if dtype == torch.float64 else np.float32
         self.fake_mode = constants.fake_mode
         self.meta = {}
+        self.layer = meta_from.name if meta_from is not None else "scan"  # names errors
         if meta_from is not None:
             self.meta = {k: meta_from.meta[k] for k in PROVENANCE_KEYS if k in meta_from.meta}
         self.nodes: list[Node] = []  # every call_function emitted, in order
@@ -401,13 +402,13 @@ class FxBuilder(Builder):
         carried = [self._node(v) for v in carried]
         if len(xs) != 1 or len(carried) not in (1, 2):
             raise SpecError(
-                "scan", "sequence_lens", "the loop form takes one input sequence without masks"
+                self.layer, "sequence_lens", "the loop form takes one input sequence without masks"
             )
         xs = self._node(xs[0])
         step = self._trace_step(body, carried, xs)
         h_shape = self._shape(carried[0])
         if any(self._shape(v) != h_shape for v in carried):
-            raise SpecError("scan", "proj_size", "the loop form needs h and c of one shape")
+            raise SpecError(self.layer, "proj_size", "the loop form needs h and c of one shape")
         steps, first = self._shape(xs)[0], 0
         if xs.target is aten.slice.Tensor and xs.args[1] == 0 and len(xs.users) == 0:
             source, start = xs.args[0], xs.args[2] or 0  # rows of the projection: read them

@@ -12,6 +12,7 @@ import tosa_serializer as ts
 
 from recurrent_lowering.backends.executorch_arm import decompose, flow, scan_op
 from recurrent_lowering.backends.executorch_arm.tosa_template import TosaTemplate
+from recurrent_lowering.passes.spec import SpecError
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference
 from recurrent_lowering.tools import models
 
@@ -243,6 +244,8 @@ def test_scan_keeps_an_initial_state_beyond_the_output_range(T, tmp_path):
 def test_auto_unrolls_an_lstm_with_proj_size():
     """The loop form carries h and c of one shape; `auto` unrolls what it cannot write."""
     lstm = torch.nn.LSTM(4, 8, proj_size=3, batch_first=True)
+    with pytest.raises(SpecError, match=r"^lstm: attribute 'proj_size': the loop form needs"):
+        decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "scan")
     ep = decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "auto")
     assert not [n for n in _calls(ep) if n.target is scan_op.OP]
     with torch.no_grad():
