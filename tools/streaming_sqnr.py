@@ -26,7 +26,12 @@ from recurrent_lowering.tools import models
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("target", "ethos-u55-128", "Ethos-U or TOSA-1.0+INT[+int16] target")
-flags.DEFINE_enum("activations", "int8", ["int8", "int16"], "activation precision")
+flags.DEFINE_enum(
+    "activations",
+    "int8",
+    ["int8", "int16", "int16_state"],
+    "activation precision; int16_state: int8 program, the recurrent step in int16 (loop form)",
+)
 flags.DEFINE_bool("share_state", True, "h_n shares h0's quantization parameters")
 flags.DEFINE_integer("frames", 1000, "frames in the closed loop")
 flags.DEFINE_integer("calibration_frames", 512, "fp32 closed-loop frames to calibrate on")
@@ -44,6 +49,7 @@ def measure(target, activations, share_state, frames, calibration_frames=512, ar
         module, streaming.frames(calibration_frames, x_shape, seed=1), h0
     )
     emission = arm_hooks.emission_options(target)
+    strategy, state_bits = ("scan", 16) if activations == "int16_state" else ("auto", 8)
     result = flow.lower(
         module,
         inputs,
@@ -51,11 +57,14 @@ def measure(target, activations, share_state, frames, calibration_frames=512, ar
         artifact_dir=artifact_dir or tempfile.mkdtemp(prefix="stream_sqnr_"),
         calibration_inputs=calibration,
         quantizer_factory=rq.quantizer_factory(
-            lambda spec: arm_hooks.create_quantizer(spec, emission), share_state=share_state
+            lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits),
+            share_state=share_state,
         ),
-        partitioner_factory=lambda spec: arm_hooks.create_partitioner(spec, emission=emission),
+        partitioner_factory=lambda spec: arm_hooks.create_partitioner(
+            spec, emission=emission, strategy=strategy
+        ),
         run_vela=False,
-        activations=activations,
+        activations="int16" if activations == "int16" else "int8",
     )
     loop = streaming.run_closed_loop(result, module, streaming.frames(frames, x_shape, seed=2), h0)
     return result, loop
