@@ -72,6 +72,7 @@ class _QuantizerHook:
     emission = PLAIN
     state_bits = 8  # 16: loop-form steps keep int16 state and gate arithmetic (int8 around)
     recurrent_weight_bits = 8  # < 8: per-step weights narrowed (weight_precision)
+    narrowed = 0  # after annotate: unrolled products and loop-form steps narrowed
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         DecomposeRecurrentPass(tfa_pass=True, strategy=self.strategy, emission=self.emission)(model)
@@ -84,11 +85,15 @@ class _QuantizerHook:
             from executorch.backends.arm.quantizer import arm_quantizer
 
             step_config = arm_quantizer.get_symmetric_a16w8_quantization_config(is_per_channel=True)
-        if self.recurrent_weight_bits < 8 and self.global_config is not None:
+        narrow = self.recurrent_weight_bits < 8 and self.global_config is not None
+        if narrow:
             bits = self.recurrent_weight_bits
-            weight_precision.narrow_per_step_weights(model.graph, self.global_config, bits)
+            self.narrowed = weight_precision.narrow_per_step_weights(
+                model.graph, self.global_config, bits
+            )
             step_config = weight_precision.narrow(step_config or self.global_config, bits)
-        annotate_scans(model.graph, self.global_config, step_config)
+        scans = annotate_scans(model.graph, self.global_config, step_config)
+        self.narrowed += scans if narrow else 0
         return model
 
 

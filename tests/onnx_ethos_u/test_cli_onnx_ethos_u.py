@@ -64,3 +64,15 @@ def test_onnx_gru_to_tosa_fp_matches_onnxruntime(tmp_path):
     assert report["numerics"]["max_abs_err"] <= 1e-5
     assert report["ops"]["cpu"] == 0
     assert report["vela"]["cycles"] is None
+
+
+def test_recurrent_weight_bits_refused_for_onnx(tmp_path):
+    """onnx2torch hands the Arm flow plain MatMuls: the recurrent weights cannot be told apart,
+    so narrowing them is refused rather than silently not done."""
+    onnx.save(models.recurrent_with_head("GRU"), str(tmp_path / "model.onnx"))
+    result = run_lower(
+        ["model.onnx", "--target=ethos-u55-128", "--recurrent_weight_bits=4"], str(tmp_path)
+    )
+    assert result.returncode != 0
+    assert "lower: error: --recurrent_weight_bits needs a torch model" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]

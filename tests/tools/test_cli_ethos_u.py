@@ -63,6 +63,7 @@ def test_user_choices_weight_bits_and_memory_mode(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["quantization"] == {"activations": "int8", "recurrent_weight_bits": 4}
+    assert not any("no recurrent weights" in w for w in report["warnings"])
     assert report["vela"]["memory_mode"] == "Sram_Only"
     assert report["vela"]["system_config"] == "Ethos_U55_High_End_Embedded"
     types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "tiny.tosa", "CONV2D", 1)]
@@ -72,3 +73,21 @@ def test_user_choices_weight_bits_and_memory_mode(tmp_path):
     assert "| Vela system config / memory mode | Ethos_U55_High_End_Embedded / Sram_Only |" in (
         result.stdout
     )
+
+
+def test_weight_bits_on_a_model_without_recurrent_layers_warns(tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    program = torch.export.export(mlp.eval(), (torch.randn(1, 8),))
+    torch.export.save(program, str(tmp_path / "mlp.pt2"))
+    result = run_lower(
+        ["mlp.pt2", "--target=ethos-u55-128", "--recurrent_weight_bits=6", "--report=r.json"],
+        str(tmp_path),
+        timeout=1200,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    warning = "--recurrent_weight_bits 6: the model has no recurrent weights to narrow"
+    assert warning in report["warnings"]

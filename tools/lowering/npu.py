@@ -144,10 +144,10 @@ def _vela_options(options, target: str) -> dict:
 
 
 def _arm_factories(options, target: str):
-    """(quantizer factory, partitioner factory, partitioners created) for flow.lower: our
-    decomposition with the target's emission; the hidden state output shares the state
-    input's quantization, or with --keep_recurrent_on_cpu recurrent layers stay in float and
-    the partitioner leaves them on the CPU."""
+    """(quantizer factory, partitioner factory, partitioners and quantizers created) for
+    flow.lower: our decomposition with the target's emission; the hidden state output shares
+    the state input's quantization, or with --keep_recurrent_on_cpu recurrent layers stay in
+    float and the partitioner leaves them on the CPU."""
     from recurrent_lowering.backends.executorch_arm import arm_hooks
     from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
 
@@ -183,11 +183,14 @@ def _arm_factories(options, target: str):
         )
         return partitioners[-1]
 
-    quantizer_factory = rq.quantizer_factory(
-        lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits, bits),
-        keep_recurrent_on_cpu=keep,
-    )
-    return quantizer_factory, partitioner_factory, partitioners
+    quantizers = []
+
+    def base_quantizer(spec):
+        quantizers.append(arm_hooks.create_quantizer(spec, emission, strategy, state_bits, bits))
+        return quantizers[-1]
+
+    quantizer_factory = rq.quantizer_factory(base_quantizer, keep_recurrent_on_cpu=keep)
+    return quantizer_factory, partitioner_factory, partitioners, quantizers
 
 
 def _report_cpu_reasons(options, partitioners, result, report: dict[str, Any]) -> None:
@@ -217,6 +220,11 @@ def _lower(source, options, staging, output, report, progress) -> None:
     from recurrent_lowering.backends.executorch_arm import flow
 
     onnx = None
+    if source.kind == "onnx" and options.recurrent_weight_bits != 8:
+        raise LoweringError(  # onnx2torch hands the Arm flow plain MatMuls, not our products
+            "--recurrent_weight_bits needs a torch model: an .onnx reaches the Arm flow "
+            "rewritten into plain ops, where the recurrent weights are not told apart"
+        )
     if source.kind == "onnx":
         from recurrent_lowering.backends.onnx import to_torch
 
@@ -237,8 +245,8 @@ def _lower(source, options, staging, output, report, progress) -> None:
         stage = progress.stage(f"export, quantize and lower for {report['target']}")
         with stage:
             try:
-                quantizer_factory, partitioner_factory, partitioners = _arm_factories(
-                    options, report["target"]
+                quantizer_factory, partitioner_factory, partitioners, quantizers = (
+                    _arm_factories(options, report["target"])
                 )
                 vela_options = _vela_options(options, report["target"])
                 result = flow.lower(
@@ -255,6 +263,11 @@ def _lower(source, options, staging, output, report, progress) -> None:
             except flow.FlowError as e:
                 raise LoweringError(str(e)) from e
         staging.path_for(output).write_bytes(result.pte)
+        bits = options.recurrent_weight_bits
+        if bits != 8 and not sum(q.narrowed for q in quantizers):
+            report["warnings"].append(
+                f"--recurrent_weight_bits {bits}: the model has no recurrent weights to narrow"
+            )
         if result.quantized:
             report["quantization"].update(
                 activations=options.quantization,
