@@ -72,7 +72,9 @@ def run(argv: list[str]) -> dict:
         quantization=FLAGS.quantization,
         calibration=_path_or_none(FLAGS.calibration),
         keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,
-        activation_defaults=FLAGS.onnx_activation_defaults,
+        activation_defaults={"spec": "onnx"}.get(  # the reader's name for the ONNX spec's
+            FLAGS.onnx_activation_defaults, FLAGS.onnx_activation_defaults
+        ),
         tune_for=FLAGS.onnx_tune_for,
         tosa_output=_path_or_none(FLAGS.tosa_output),
         vela_summary=_path_or_none(FLAGS.vela_summary),

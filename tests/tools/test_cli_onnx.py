@@ -72,3 +72,26 @@ def test_onnx_tuning_is_refused_for_other_targets(tmp_path):
     assert result.returncode != 0
     assert "applies to --target onnx, not TOSA-1.0+FP" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("flag,reader_name", [("onnxruntime", "onnxruntime"), ("spec", "onnx")])
+def test_activation_defaults_flag(tmp_path, flag, reader_name):
+    """Affine without alpha/beta: the ONNX spec says (1, 0), onnxruntime uses (0, 0); the CLI
+    writes what rewrite_model gives with the reader's name for that choice."""
+    from recurrent_lowering.backends.onnx import rewrite
+    from recurrent_lowering.tests.onnx import models
+
+    cfg = models.Config(op="RNN", activations=["Affine"])
+    model, feeds = models.build(cfg)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    result = run_lower(
+        ["m.onnx", "--target=onnx", f"--onnx_activation_defaults={flag}"], str(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = rewrite.rewrite_model(model, activation_defaults=reader_name)
+    got = ort.InferenceSession(str(tmp_path / "m.rewritten.onnx")).run(None, feeds)
+    want = ort.InferenceSession(expected.SerializeToString()).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-6, rtol=0)
+    if flag == "spec":  # the spec's alpha = 1 passes the pre-activation through: not zero
+        assert np.abs(got[0]).max() > 0.01

@@ -34,7 +34,7 @@ class Options:
     quantization: str = "int8"  # int8 | int16 (activations) | int16_state (loop-form steps)
     calibration: pathlib.Path | None = None
     keep_recurrent_on_cpu: bool = False
-    activation_defaults: str = "onnxruntime"  # onnxruntime | spec (ONNX inputs)
+    activation_defaults: str = "onnxruntime"  # onnxruntime | onnx (the spec's; ONNX inputs)
     tune_for: str = "portable"  # portable | onnxruntime (--target onnx)
     tosa_output: pathlib.Path | None = None  # extra copy of the .tosa given to Vela
     vela_summary: pathlib.Path | None = None  # extra copy of Vela's summary CSV
