@@ -157,6 +157,14 @@ class Builder(abc.ABC):
             return [self.squeeze(x, axis)]
         return [self.squeeze(self.slice(x, axis, t, t + 1), axis) for t in range(n)]
 
+    def zeros_like_rows(self, like: Value, width: int) -> Value:
+        """Zeros [B, width] with the batch (axis 0) of `like`, a [B, X] value with X >= width:
+        a loop's zero initial state when the sequence length is known only at run time. The
+        default multiplies a slice of `like` by zero (exact for finite values); builders
+        with a shape operator give exact zeros."""
+        zero = self.constant(np.zeros((), self.dtype))
+        return self.mul(self.slice(like, -1, 0, width), zero)
+
     def stack(self, xs: Sequence[Value], axis: int) -> Value:
         """xs (equal shapes) stacked on a new `axis`: the per-step outputs into Y."""
         xs = [self.unsqueeze(x, axis) for x in xs]

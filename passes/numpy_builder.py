@@ -77,6 +77,9 @@ class NumpyBuilder(Builder):
         index[axis] = slice(start, end)
         return x[tuple(index)]
 
+    def zeros_like_rows(self, like, width):
+        return np.zeros((np.shape(like)[0], width), self.dtype).view(RuntimeArray)
+
     def concat(self, xs: Sequence, axis):
         return np.concatenate(xs, axis=axis)
 

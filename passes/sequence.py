@@ -301,7 +301,15 @@ class _Stack:
         b, T = self.b, self.T
         y_first, peeled, first_mask = None, False, None
         start, end = 0, (T if T is not None else sys.maxsize)  # steps left for the loop
-        if any(s.is_const(0) for s in state):
+        if T is None and any(s.is_const(0) for s in state):
+            # a run-time length may be 1, and a loop over no steps fails in onnxruntime:
+            # no step outside the loop, the zero states take the run-time batch
+            x_0 = b.squeeze(b.slice(xp, 0, 0, 1), 0)
+            state = tuple(
+                e.value(b.zeros_like_rows(x_0, w)) if s.is_const(0) else s
+                for s, w in zip(state, p.state_widths)
+            )
+        elif any(s.is_const(0) for s in state):
             peeled = True
             t = (T - 1 if T is not None else -1) if reverse else 0
             mask = first_mask = self.lens.step(t) if T is not None else None

@@ -245,8 +245,8 @@ def _lower(source, options, staging, output, report, progress) -> None:
         stage = progress.stage(f"export, quantize and lower for {report['target']}")
         with stage:
             try:
-                quantizer_factory, partitioner_factory, partitioners, quantizers = (
-                    _arm_factories(options, report["target"])
+                quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(
+                    options, report["target"]
                 )
                 vela_options = _vela_options(options, report["target"])
                 result = flow.lower(
