@@ -88,6 +88,8 @@ def run(argv: list[str]) -> dict:
             f"it applies to --target onnx, not {FLAGS.target}"
         )
     npu_only = {
+        "--quantization": options.quantization != "int8",
+        "--keep_recurrent_on_cpu": options.keep_recurrent_on_cpu,
         "--recurrent_weight_bits": options.recurrent_weight_bits != 8,
         "--system_config": options.system_config is not None,
         "--memory_mode": options.memory_mode is not None,

@@ -56,6 +56,8 @@ def test_missing_file_and_unknown_name(workdir):
     "args,reason",
     [
         (["--target", "onnx", "--recurrent_weight_bits", "4"], "applies to TOSA and Ethos-U"),
+        (["--target", "aten", "--quantization", "int16"], "applies to TOSA and Ethos-U"),
+        (["--target", "onnx", "--keep_recurrent_on_cpu"], "applies to TOSA and Ethos-U"),
         (["--target", "aten", "--memory_mode", "Sram_Only"], "applies to TOSA and Ethos-U"),
         (["--target", "TOSA-1.0+FP", "--recurrent_weight_bits", "6"], "applies to INT targets"),
         (["--target", "TOSA-1.0+INT", "--memory_mode", "Sram_Only"], "are Vela's: not for"),
@@ -89,3 +91,39 @@ def test_npu_options_refused_where_they_do_not_apply(args, reason, workdir):
     assert result.returncode != 0
     assert reason in _error_line(result)
     assert os.listdir(workdir) == []
+
+
+@pytest.mark.parametrize(
+    "arrays,reason",
+    [
+        ({"x": (1, 6, 8)}, "array 0 has shape [1, 6, 8]; model input 'input 0' takes [1, 4, 8]"),
+        ({"x": (1, 4, 5)}, "array 0 has shape [1, 4, 5]; model input 'input 0' takes [1, 4, 8]"),
+        ({"x": (1, 4, 8), "y": (1, 4, 8)}, "2 arrays for 1 model inputs (input 0)"),
+    ],
+)
+def test_calibration_that_does_not_fit_the_model(arrays, reason, workdir):
+    """A wrong time axis would otherwise lower a model for the calibration's length."""
+    import numpy as np
+
+    np.savez(workdir / "c.npz", **{k: np.zeros(s, np.float32) for k, s in arrays.items()})
+    args = ["tiny_gru", "--target", "TOSA-1.0+INT", "--calibration", "c.npz", "--output", "o.pte"]
+    result = run_lower(args, str(workdir))
+    assert result.returncode != 0
+    assert reason in _error_line(result)
+    assert os.listdir(workdir) == ["c.npz"]
+
+
+def test_onnx_calibration_that_does_not_fit_the_model(workdir):
+    import numpy as np
+    import onnx
+
+    from recurrent_lowering.tests.onnx import models
+
+    model, feeds = models.build(models.Config(op="GRU"))
+    onnx.save(model, str(workdir / "m.onnx"))
+    np.savez(workdir / "c.npz", X=np.zeros((5, 2, 2), np.float32))  # the model takes [5, 2, 3]
+    args = ["m.onnx", "--target", "TOSA-1.0+INT", "--calibration", "c.npz", "--output", "o.pte"]
+    result = run_lower(args, str(workdir))
+    assert result.returncode != 0
+    assert "array 0 has shape [5, 2, 2]; model input 'X' takes [5, 2, 3]" in _error_line(result)
+    assert sorted(os.listdir(workdir)) == ["c.npz", "m.onnx"]

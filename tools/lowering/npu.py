@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from . import calibration
 from .errors import LoweringError
 from .plot import plot_error_per_timestep
 
@@ -64,6 +65,19 @@ def _calibration_arrays(options, names: list[str] | None = None) -> list | None:
     return arrays
 
 
+def _torch_input_specs(source) -> list[tuple]:
+    """(name, shape with None for a dynamic dimension) of a torch model's inputs."""
+    if source.example_inputs is not None and source.path is None:  # a bundled example
+        return [(f"input {k}", tuple(t.shape)) for k, t in enumerate(source.example_inputs)]
+    signature = source.program.graph_signature
+    specs = []
+    for node in source.program.graph.nodes:
+        if node.op == "placeholder" and node.name in signature.user_inputs:
+            shape = tuple(d if isinstance(d, int) else None for d in node.meta["val"].shape)
+            specs.append((node.name, shape))
+    return specs
+
+
 def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     """(example inputs, calibration samples). Calibration comes from --calibration, else
     the model's own example inputs, else random inputs (with a warning in the report)."""
@@ -71,6 +85,7 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
 
     arrays = _calibration_arrays(options)
     if arrays is not None:
+        calibration.check(options.calibration, arrays, _torch_input_specs(source))
         example = tuple(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
         return example, [example]
     if source.example_inputs is not None:

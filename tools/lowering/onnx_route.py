@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from . import calibration
 from .errors import LoweringError
 
 
@@ -65,11 +66,8 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             f"unrolled (--emission loop is not available here)"
         )
     specs = to_torch.input_specs(source.program)
-    if calibration_arrays is not None and len(calibration_arrays) != len(specs):
-        raise LoweringError(
-            f"{options.calibration}: {len(calibration_arrays)} arrays for {len(specs)} "
-            f"model inputs ({', '.join(n for n, _, _ in specs)})"
-        )
+    if calibration_arrays is not None:
+        calibration.check(options.calibration, calibration_arrays, [s[:2] for s in specs])
     try:
         model = to_torch.with_static_inputs(
             source.program, _pinned_shapes(specs, calibration_arrays, report)
