@@ -103,6 +103,12 @@ def run(argv: list[str]) -> dict:
     )
     if source.path is not None and output == source.path:
         raise LoweringError(f"{output}: the output would overwrite the input model")
+    named = {"--output": output, "--report": FLAGS.report}
+    named.update(tosa_output=options.tosa_output, vela_summary=options.vela_summary)
+    for flag, path in named.items():
+        if path is not None and model_source.resolve_path(str(path)).is_dir():
+            flag = flag if flag.startswith("--") else f"--{flag}"
+            raise LoweringError(f"{path}: is a directory; {flag} names the file to write")
     result = report.empty(FLAGS.target, argv[1])
     result["output"] = str(output)
     progress = report.Progress(result)

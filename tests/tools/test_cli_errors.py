@@ -127,3 +127,24 @@ def test_onnx_calibration_that_does_not_fit_the_model(workdir):
     assert result.returncode != 0
     assert "array 0 has shape [5, 2, 2]; model input 'X' takes [5, 2, 3]" in _error_line(result)
     assert sorted(os.listdir(workdir)) == ["c.npz", "m.onnx"]
+
+
+def test_output_naming_a_directory_is_refused_and_the_directory_kept(workdir):
+    (workdir / "out").mkdir()
+    (workdir / "out" / "keep.txt").write_text("keep me")
+    result = run_lower(["tiny_gru", "--target", "aten", "--output", "out"], str(workdir))
+    assert result.returncode != 0
+    assert "out: is a directory; --output names the file to write" in _error_line(result)
+    assert (workdir / "out" / "keep.txt").read_text() == "keep me"
+    assert os.listdir(workdir) == ["out"]
+
+
+def test_vela_refusing_a_configuration_is_one_line(workdir):
+    """The U55's default system config has flash on its second port, where Dedicated_Sram
+    would put the arena."""
+    args = ["tiny_gru", "--target", "ethos-u55-128", "--memory_mode", "Dedicated_Sram"]
+    result = run_lower([*args, "--output", "o.pte"], str(workdir), timeout=1200)
+    assert result.returncode != 0
+    assert "Vela (default system config, Dedicated_Sram): " in _error_line(result)
+    assert "Traceback" not in result.stderr
+    assert os.listdir(workdir) == []

@@ -83,9 +83,10 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     the model's own example inputs, else random inputs (with a warning in the report)."""
     import torch
 
-    arrays = _calibration_arrays(options)
+    specs = _torch_input_specs(source)
+    arrays = _calibration_arrays(options, [name for name, _ in specs])
     if arrays is not None:
-        calibration.check(options.calibration, arrays, _torch_input_specs(source))
+        calibration.check(options.calibration, arrays, specs)
         example = tuple(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
         return example, [example]
     if source.example_inputs is not None:
@@ -277,6 +278,13 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 )
             except flow.FlowError as e:
                 raise LoweringError(str(e)) from e
+            except Exception as e:  # Vela refusing a configuration: its own message says why
+                if not type(e).__module__.startswith("ethosu."):
+                    raise
+                raise LoweringError(
+                    f"Vela ({options.system_config or 'default system config'}, "
+                    f"{options.memory_mode or 'default memory mode'}): {e}"
+                ) from e
         staging.path_for(output).write_bytes(result.pte)
         bits = options.recurrent_weight_bits
         if bits != 8 and not sum(q.narrowed for q in quantizers):

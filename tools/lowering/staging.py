@@ -30,8 +30,8 @@ class Staging:
             if not staged.exists():
                 continue
             destination.parent.mkdir(parents=True, exist_ok=True)
-            if destination.is_dir() and not destination.is_symlink():
-                shutil.rmtree(destination)
+            if destination.is_dir():  # never replace a directory (lower.run refuses these)
+                raise IsADirectoryError(f"{destination}: is a directory")
             os.replace(staged, destination)
 
 

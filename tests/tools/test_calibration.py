@@ -1,0 +1,52 @@
+"""--calibration arrays reach the model inputs they name: by input name when the .npz names
+every input (in any order), else in the file's order; and they must fit the inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from recurrent_lowering.tools.lowering import calibration, model_source, npu, report, targets
+from recurrent_lowering.tools.lowering.errors import LoweringError
+
+
+class _StreamLstm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(5, 8, batch_first=True)
+
+    def forward(self, x, h0, c0):
+        return self.rnn(x, (h0, c0))
+
+
+@pytest.fixture
+def stream_pt2(tmp_path):
+    inputs = (torch.zeros(1, 1, 5), torch.zeros(1, 1, 8), torch.zeros(1, 1, 8))
+    program = torch.export.export(_StreamLstm().eval(), inputs)
+    torch.export.save(program, str(tmp_path / "m.pt2"))
+    return model_source.load(str(tmp_path / "m.pt2"))
+
+
+def _first_values(source, npz):
+    options = targets.Options(calibration=npz)
+    example, _ = npu._inputs(source, options, report.empty("TOSA-1.0+INT", "m"))
+    return [float(t.flatten()[0]) for t in example]
+
+
+def test_arrays_are_matched_by_input_name(stream_pt2, tmp_path):
+    npz = tmp_path / "c.npz"  # h0 and c0 have one shape: only the names tell them apart
+    np.savez(npz, x=np.zeros((1, 1, 5)), c0=np.full((1, 1, 8), 7.0), h0=np.full((1, 1, 8), -1.0))
+    assert _first_values(stream_pt2, npz) == [0.0, -1.0, 7.0]
+
+
+def test_unnamed_arrays_are_taken_in_file_order(stream_pt2, tmp_path):
+    npz = tmp_path / "c.npz"
+    np.savez(npz, np.zeros((1, 1, 5)), np.full((1, 1, 8), 2.0), np.full((1, 1, 8), 3.0))
+    assert _first_values(stream_pt2, npz) == [0.0, 2.0, 3.0]
+
+
+def test_dynamic_dimensions_take_any_size():
+    calibration.check("c.npz", [np.zeros((1, 9, 4))], [("x", (1, None, 4))])
+    with pytest.raises(LoweringError, match=r"array 0 has shape \[9, 4\]; .* takes \[1, \?, 4\]"):
+        calibration.check("c.npz", [np.zeros((9, 4))], [("x", (1, None, 4))])
