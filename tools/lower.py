@@ -93,6 +93,8 @@ def run(argv: list[str]) -> dict:
         "--recurrent_weight_bits": options.recurrent_weight_bits != 8,
         "--system_config": options.system_config is not None,
         "--memory_mode": options.memory_mode is not None,
+        "--tosa_output": options.tosa_output is not None,
+        "--vela_summary": options.vela_summary is not None,
     }
     for flag, given in npu_only.items():
         if given and FLAGS.target in ("aten", "onnx"):
@@ -103,12 +105,22 @@ def run(argv: list[str]) -> dict:
     )
     if source.path is not None and output == source.path:
         raise LoweringError(f"{output}: the output would overwrite the input model")
-    named = {"--output": output, "--report": FLAGS.report}
-    named.update(tosa_output=options.tosa_output, vela_summary=options.vela_summary)
+    named = {
+        "--output": output,
+        "--report": FLAGS.report,
+        "--tosa_output": options.tosa_output,
+        "--vela_summary": options.vela_summary,
+    }
+    seen: dict = {}  # resolved path -> the flag that named it
     for flag, path in named.items():
-        if path is not None and model_source.resolve_path(str(path)).is_dir():
-            flag = flag if flag.startswith("--") else f"--{flag}"
+        if path is None:
+            continue
+        path = model_source.resolve_path(str(path))
+        if path.is_dir():
             raise LoweringError(f"{path}: is a directory; {flag} names the file to write")
+        if path in seen:
+            raise LoweringError(f"{path}: named by both {seen[path]} and {flag}")
+        seen[path] = flag
     result = report.empty(FLAGS.target, argv[1])
     result["output"] = str(output)
     progress = report.Progress(result)

@@ -57,6 +57,11 @@ def test_missing_file_and_unknown_name(workdir):
     [
         (["--target", "onnx", "--recurrent_weight_bits", "4"], "applies to TOSA and Ethos-U"),
         (["--target", "aten", "--quantization", "int16"], "applies to TOSA and Ethos-U"),
+        (["--target", "aten", "--tosa_output", "m.tosa"], "applies to TOSA and Ethos-U"),
+        (
+            ["--target", "ethos-u55-128", "--system_config", "Ethos_U85_SYS_DRAM_Low"],
+            "Ethos_U85_SYS_DRAM_Low is not a system config for ethos-u55-128",
+        ),
         (["--target", "onnx", "--keep_recurrent_on_cpu"], "applies to TOSA and Ethos-U"),
         (["--target", "aten", "--memory_mode", "Sram_Only"], "applies to TOSA and Ethos-U"),
         (["--target", "TOSA-1.0+FP", "--recurrent_weight_bits", "6"], "applies to INT targets"),
@@ -147,4 +152,13 @@ def test_vela_refusing_a_configuration_is_one_line(workdir):
     assert result.returncode != 0
     assert "Vela (default system config, Dedicated_Sram): " in _error_line(result)
     assert "Traceback" not in result.stderr
+    assert os.listdir(workdir) == []
+
+
+def test_two_outputs_naming_one_file_are_refused(workdir):
+    result = run_lower(
+        ["tiny_gru", "--target", "aten", "--output", "m.pt2", "--report", "m.pt2"], str(workdir)
+    )
+    assert result.returncode != 0
+    assert "m.pt2: named by both --output and --report" in _error_line(result)
     assert os.listdir(workdir) == []

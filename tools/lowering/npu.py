@@ -89,9 +89,10 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
         calibration.check(options.calibration, arrays, specs)
         example = tuple(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
         return example, [example]
+    quantized = report["target"] != "TOSA-1.0+FP"
     if source.example_inputs is not None:
         example = tuple(source.example_inputs)
-        if source.path is not None:  # a user model: its example inputs are all we have
+        if source.path is not None and quantized:  # a user model: its examples are all we have
             report["warnings"].append("quantization calibrated on the model's example inputs")
         return example, [example]
     placeholders = [
@@ -101,7 +102,8 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     ]
     generator = torch.Generator().manual_seed(0)
     example = tuple(torch.randn(v.shape, generator=generator) for v in placeholders)
-    report["warnings"].append("no --calibration: quantization calibrated on random inputs")
+    if quantized:
+        report["warnings"].append("no --calibration: quantization calibrated on random inputs")
     return example, [example]
 
 
@@ -130,12 +132,12 @@ def _flow_target(options, target: str) -> str:
     recurrent weights the int4 one, which every Ethos-U compile spec has and TOSA-1.0+INT
     gets added."""
     if target == "TOSA-1.0+FP":
-        for flag, given in (
-            ("--quantization", options.quantization != "int8"),
-            ("--recurrent_weight_bits", options.recurrent_weight_bits != 8),
+        for flag, value, default in (
+            ("--quantization", options.quantization, "int8"),
+            ("--recurrent_weight_bits", options.recurrent_weight_bits, 8),
         ):
-            if given:
-                raise LoweringError(f"{flag} applies to INT targets, not TOSA-1.0+FP")
+            if value != default:
+                raise LoweringError(f"{flag} {value} applies to INT targets, not TOSA-1.0+FP")
     extensions = []
     if options.quantization != "int8":
         extensions.append("int16")
@@ -156,6 +158,10 @@ def _vela_options(options, target: str) -> dict:
     for (key, value), known in zip(chosen.items(), vela.config_names()):
         if value is not None and value not in known:
             raise LoweringError(f"--{key} {value}: Vela knows {', '.join(known)}")
+    family = target.split("-")[1].upper()  # "ethos-u55-128" -> "U55"
+    system = chosen["system_config"]
+    if system is not None and f"_{family}_" not in system:
+        raise LoweringError(f"--system_config {system} is not a system config for {target}")
     return chosen
 
 
