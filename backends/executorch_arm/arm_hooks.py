@@ -86,14 +86,16 @@ class _QuantizerHook:
 
             step_config = arm_quantizer.get_symmetric_a16w8_quantization_config(is_per_channel=True)
         narrow = self.recurrent_weight_bits < 8 and self.global_config is not None
+        unrolled = 0
         if narrow:
             bits = self.recurrent_weight_bits
-            self.narrowed = weight_precision.narrow_per_step_weights(
+            unrolled = weight_precision.narrow_per_step_weights(
                 model.graph, self.global_config, bits
             )
             step_config = weight_precision.narrow(step_config or self.global_config, bits)
         scans = annotate_scans(model.graph, self.global_config, step_config)
-        self.narrowed += scans if narrow else 0
+        if narrow:  # every scan's step holds only per-step weights
+            self.narrowed = unrolled + scans
         return model
 
 

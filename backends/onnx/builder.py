@@ -524,12 +524,11 @@ class OnnxBuilder(Builder):
         out = None if shape is None else tuple(shape[p] for p in perm)
         return self._node("Transpose", [x], self.elem_type(x), out, perm=list(perm))
 
-    # --- selection ----------------------------------------------------------------------------
     def zeros_like_rows(self, like, width):
         """ConstantOfShape([batch of `like`, width]): exact zeros for a run-time batch."""
         if self.opset < 9:
             return super().zeros_like_rows(like, width)
-        shape = self._node("Shape", [like], TensorProto.INT64, (len(self.shape(like) or (0, 0)),))
+        shape = self._node("Shape", [like], TensorProto.INT64, (2,))  # `like` is [B, X]
         dims = self.concat([self.slice(shape, 0, 0, 1), self._ints([width])], 0)
         value = numpy_helper.from_array(np.zeros(1, self.float_dtype), "value")
         batch = (self.shape(like) or (None,))[0]
@@ -537,6 +536,7 @@ class OnnxBuilder(Builder):
             "ConstantOfShape", [dims], self.elem_type(like), (batch, width), value=value
         )
 
+    # --- selection ----------------------------------------------------------------------------
     def less(self, a, b):
         return self._node(
             "Less", [a, b], TensorProto.BOOL, _broadcast([self.shape(a), self.shape(b)])

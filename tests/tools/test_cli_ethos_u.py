@@ -10,24 +10,22 @@ from recurrent_lowering.runtime import tosa_flatbuffer
 from recurrent_lowering.tests.tools.cli import run_lower
 
 
-def test_report_keys_have_real_values(tmp_path):
-    result = run_lower(
-        [
-            "tiny_gru",
-            "--target=ethos-u55-128",
-            "--report=r.json",
-            "--tosa_output=tiny.tosa",
-            "--vela_summary=vela.csv",
-        ],
-        str(tmp_path),
-        timeout=1200,
-    )
+def _lower_u55(tmp_path, model: str, *flags: str):
+    """(process, report) of a successful `lower MODEL --target=ethos-u55-128 --report=r.json`."""
+    args = [model, "--target=ethos-u55-128", "--report=r.json", *flags]
+    result = run_lower(args, str(tmp_path), timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
+    return result, json.loads((tmp_path / "r.json").read_text())
+
+
+def test_report_keys_have_real_values(tmp_path):
+    result, report = _lower_u55(
+        tmp_path, "tiny_gru", "--tosa_output=tiny.tosa", "--vela_summary=vela.csv"
+    )
     assert (tmp_path / "tiny_gru.pte").stat().st_size > 1000
     assert (tmp_path / "tiny.tosa").stat().st_size > 100
     assert "cycles" in (tmp_path / "vela.csv").read_text()
 
-    report = json.loads((tmp_path / "r.json").read_text())
     assert report["target"] == "ethos-u55-128"
     assert report["output"] == str(tmp_path / "tiny_gru.pte")
     assert report["vela"]["cycles"] > 0
@@ -48,20 +46,13 @@ def test_report_keys_have_real_values(tmp_path):
 
 
 def test_user_choices_weight_bits_and_memory_mode(tmp_path):
-    result = run_lower(
-        [
-            "tiny_gru",
-            "--target=ethos-u55-128",
-            "--recurrent_weight_bits=4",
-            "--memory_mode=Sram_Only",
-            "--report=r.json",
-            "--tosa_output=tiny.tosa",
-        ],
-        str(tmp_path),
-        timeout=1200,
+    result, report = _lower_u55(
+        tmp_path,
+        "tiny_gru",
+        "--recurrent_weight_bits=4",
+        "--memory_mode=Sram_Only",
+        "--tosa_output=tiny.tosa",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((tmp_path / "r.json").read_text())
     assert report["quantization"] == {"activations": "int8", "recurrent_weight_bits": 4}
     assert not any("no recurrent weights" in w for w in report["warnings"])
     assert report["vela"]["memory_mode"] == "Sram_Only"
@@ -82,12 +73,6 @@ def test_weight_bits_on_a_model_without_recurrent_layers_warns(tmp_path):
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     program = torch.export.export(mlp.eval(), (torch.randn(1, 8),))
     torch.export.save(program, str(tmp_path / "mlp.pt2"))
-    result = run_lower(
-        ["mlp.pt2", "--target=ethos-u55-128", "--recurrent_weight_bits=6", "--report=r.json"],
-        str(tmp_path),
-        timeout=1200,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((tmp_path / "r.json").read_text())
+    _, report = _lower_u55(tmp_path, "mlp.pt2", "--recurrent_weight_bits=6")
     warning = "--recurrent_weight_bits 6: the model has no recurrent weights to narrow"
     assert warning in report["warnings"]
