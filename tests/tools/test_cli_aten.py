@@ -68,3 +68,35 @@ def test_bundled_example(tmp_path, example):
     lowered = torch.export.load(str(tmp_path / f"{example}.decomposed.pt2"))
     assert _recurrent_ops(lowered) == []
     assert "SQNR" in result.stdout
+
+
+class BatchedGru(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 8, batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def test_calibration_inputs_drive_the_numerics_check(tmp_path):
+    """A .pt2 with a dynamic batch keeps it, and --calibration's batch of 3 is what the
+    numerics check runs (the example has 2)."""
+    import numpy as np
+
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=1, max=16)
+    program = torch.export.export(
+        BatchedGru().eval(), (torch.randn(2, 5, 4),), dynamic_shapes={"x": {0: batch}}
+    )
+    torch.export.save(program, str(tmp_path / "gru.pt2"))
+    np.savez(tmp_path / "c.npz", x=np.random.default_rng(0).standard_normal((3, 5, 4)))
+    args = ["gru.pt2", "--target=aten", "--calibration=c.npz", "--report=r.json"]
+    result = run_lower(args, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["numerics"]["inputs"] == "--calibration"
+    assert report["numerics"]["max_abs_err"] <= 1e-5
+    assert report["warnings"] == []
+    lowered = torch.export.load(str(tmp_path / "gru.decomposed.pt2"))
+    assert lowered.module()(torch.randn(5, 5, 4)).shape == (5, 5, 8)  # still dynamic

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -106,19 +107,22 @@ def test_npu_options_refused_where_they_do_not_apply(args, reason, workdir):
         ({"x": (1, 4, 8), "y": (1, 4, 8)}, "2 arrays for 1 model inputs (input 0)"),
     ],
 )
-def test_calibration_that_does_not_fit_the_model(arrays, reason, workdir):
-    """A wrong time axis would otherwise lower a model for the calibration's length."""
+@pytest.mark.parametrize("target", ["TOSA-1.0+INT", "aten"])
+def test_calibration_that_does_not_fit_the_model(arrays, reason, target, workdir):
+    """A wrong time axis would otherwise lower a model for the calibration's length; aten
+    checks its numerics on the calibration arrays, so it checks them too."""
     import numpy as np
 
     np.savez(workdir / "c.npz", **{k: np.zeros(s, np.float32) for k, s in arrays.items()})
-    args = ["tiny_gru", "--target", "TOSA-1.0+INT", "--calibration", "c.npz", "--output", "o.pte"]
+    args = ["tiny_gru", "--target", target, "--calibration", "c.npz", "--output", "o.bin"]
     result = run_lower(args, str(workdir))
     assert result.returncode != 0
     assert reason in _error_line(result)
     assert os.listdir(workdir) == ["c.npz"]
 
 
-def test_onnx_calibration_that_does_not_fit_the_model(workdir):
+@pytest.mark.parametrize("target", ["TOSA-1.0+INT", "onnx"])
+def test_onnx_calibration_that_does_not_fit_the_model(target, workdir):
     import numpy as np
     import onnx
 
@@ -127,7 +131,7 @@ def test_onnx_calibration_that_does_not_fit_the_model(workdir):
     model, feeds = models.build(models.Config(op="GRU"))
     onnx.save(model, str(workdir / "m.onnx"))
     np.savez(workdir / "c.npz", X=np.zeros((5, 2, 2), np.float32))  # the model takes [5, 2, 3]
-    args = ["m.onnx", "--target", "TOSA-1.0+INT", "--calibration", "c.npz", "--output", "o.pte"]
+    args = ["m.onnx", "--target", target, "--calibration", "c.npz", "--output", "o.bin"]
     result = run_lower(args, str(workdir))
     assert result.returncode != 0
     assert "array 0 has shape [5, 2, 2]; model input 'X' takes [5, 2, 3]" in _error_line(result)
@@ -162,3 +166,33 @@ def test_two_outputs_naming_one_file_are_refused(workdir):
     assert result.returncode != 0
     assert "m.pt2: named by both --output and --report" in _error_line(result)
     assert os.listdir(workdir) == []
+
+
+def test_dynamic_dimensions_fixed_for_an_npu_are_reported(workdir):
+    """An NPU program is static: a .pt2's dynamic batch takes the example's size, which the
+    report says instead of lowering for it silently."""
+    import torch
+
+    class Gru(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.GRU(4, 8, batch_first=True)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    batch = torch.export.Dim("batch", min=1, max=16)
+    program = torch.export.export(
+        Gru().eval(), (torch.randn(2, 3, 4),), dynamic_shapes={"x": {0: batch}}
+    )
+    torch.export.save(program, str(workdir / "gru.pt2"))
+    args = ["gru.pt2", "--target", "TOSA-1.0+FP", "--report", "r.json"]
+    result = run_lower(args, str(workdir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((workdir / "r.json").read_text())
+    assert report["warnings"] == [
+        "dynamic dimensions of x taken from the example inputs ([2, 3, 4]) (an NPU program is "
+        "static; pass --calibration to choose)"
+    ]
+    assert report["numerics"]["inputs"] == "example inputs"
+    assert report["numerics"]["max_abs_err"] <= 1e-5

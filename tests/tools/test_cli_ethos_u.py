@@ -43,6 +43,8 @@ def test_report_keys_have_real_values(tmp_path):
     assert result.stdout.startswith("## tiny_gru -> ethos-u55-128")
     assert report["quantization"] == {"activations": "int8", "recurrent_weight_bits": 8}
     assert report["vela"]["memory_mode"] == "Shared_Sram"  # ExecuTorch's default for U55
+    assert report["vela"]["dram_bytes"] == 0 and "| DRAM |" not in result.stdout
+    assert report["numerics"]["inputs"] == "example inputs"
 
 
 def test_user_choices_weight_bits_and_memory_mode(tmp_path):
@@ -76,3 +78,15 @@ def test_weight_bits_on_a_model_without_recurrent_layers_warns(tmp_path):
     _, report = _lower_u55(tmp_path, "mlp.pt2", "--recurrent_weight_bits=6")
     warning = "--recurrent_weight_bits 6: the model has no recurrent weights to narrow"
     assert warning in report["warnings"]
+
+
+def test_dedicated_sram_reports_what_sits_in_dram(tmp_path):
+    """U65's Dedicated_Sram puts the weights and the tensor arena in DRAM and uses SRAM as
+    the NPU's scratch: the report has a DRAM figure, not a flash one."""
+    args = ["tiny_gru", "--target=ethos-u65-256", "--memory_mode=Dedicated_Sram", "--report=r.json"]
+    result = run_lower(args, str(tmp_path), timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    vela = json.loads((tmp_path / "r.json").read_text())["vela"]
+    assert vela["memory_mode"] == "Dedicated_Sram"
+    assert vela["dram_bytes"] > 0 and vela["flash_bytes"] == 0 and vela["sram_bytes"] > 0
+    assert f"| DRAM | {vela['dram_bytes']:,} B |" in result.stdout

@@ -95,3 +95,21 @@ def test_activation_defaults_flag(tmp_path, flag, reader_name):
         np.testing.assert_allclose(g, w, atol=1e-6, rtol=0)
     if flag == "spec":  # the spec's alpha = 1 passes the pre-activation through: not zero
         assert np.abs(got[0]).max() > 0.01
+
+
+def test_calibration_inputs_drive_the_numerics_check(tmp_path):
+    """--calibration on --target onnx: the numerics check runs on the user's arrays (here
+    seven steps of a model with a dynamic length) instead of random inputs."""
+    from recurrent_lowering.tests.onnx import models
+
+    model, _ = models.build(models.Config(op="LSTM", dynamic_steps=True))
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "c.npz", X=rng.standard_normal((7, 2, 3)).astype(np.float32))
+    args = ["m.onnx", "--target=onnx", "--calibration=c.npz", "--report=r.json"]
+    result = run_lower(args, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    numerics = json.loads((tmp_path / "r.json").read_text())["numerics"]
+    assert numerics["inputs"] == "--calibration"
+    assert numerics["reference"] == "onnxruntime on the input model"
+    assert numerics["max_abs_err"] <= 1e-5

@@ -1,12 +1,40 @@
-"""--calibration arrays checked against the model's inputs before anything is lowered: a
-wrong count or shape would otherwise surface as a traceback deep in export or conversion, or
-worse, lower a model for the calibration's shape instead of the model's."""
+"""--calibration arrays, read and checked against the model's inputs before anything is
+lowered: a wrong count or shape would otherwise surface as a traceback deep in export or
+conversion, or worse, lower a model for the calibration's shape instead of the model's.
+Every target uses them: NPU targets to quantize and check numerics, aten and onnx to check
+numerics on the user's data instead of random inputs."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from .errors import LoweringError
+
+
+def load(path, names: Sequence[str] | None = None) -> list | None:
+    """The arrays of the .npz at `path` (None without one): by input name when the .npz
+    names every one of `names`, else in the .npz's order."""
+    if path is None:
+        return None
+    try:
+        samples = np.load(path)
+        keys = names if names and set(names) <= set(samples.files) else samples.files
+        arrays = [samples[k] for k in keys]
+    except Exception as e:
+        raise LoweringError(f"{path}: not a readable .npz ({e})") from e
+    if not arrays:
+        raise LoweringError(f"{path}: holds no arrays")
+    return arrays
+
+
+def load_checked(path, specs: Sequence[tuple]) -> list | None:
+    """`load` for a model whose inputs are `specs`, then `check`ed against them."""
+    arrays = load(path, [spec[0] for spec in specs])
+    if arrays is not None:
+        check(path, arrays, [spec[:2] for spec in specs])
+    return arrays
 
 
 def check(path, arrays: Sequence, specs: Sequence[tuple]) -> None:
@@ -22,3 +50,31 @@ def check(path, arrays: Sequence, specs: Sequence[tuple]) -> None:
             raise LoweringError(
                 f"{path}: array {k} has shape {list(got)}; model input '{name}' takes {want}"
             )
+
+
+def torch_input_specs(source) -> list[tuple]:
+    """(name, shape with None for a dynamic dimension, torch dtype) of a torch model's inputs."""
+    if source.example_inputs is not None and source.path is None:  # a bundled example
+        return [
+            (f"input {k}", tuple(t.shape), t.dtype) for k, t in enumerate(source.example_inputs)
+        ]
+    signature = source.program.graph_signature
+    specs = []
+    for node in source.program.graph.nodes:
+        if node.op == "placeholder" and node.name in signature.user_inputs:
+            value = node.meta["val"]
+            shape = tuple(d if isinstance(d, int) else None for d in value.shape)
+            specs.append((node.name, shape, value.dtype))
+    return specs
+
+
+def dynamic_warning(specs: Sequence[tuple], how: str) -> str | None:
+    """The report's warning when dynamic input dimensions get a fixed size (`how`: "set
+    to 1"), else None."""
+    dynamic = [spec[0] for spec in specs if any(d is None for d in spec[1])]
+    if not dynamic:
+        return None
+    return (
+        f"dynamic dimensions of {', '.join(dynamic)} {how} (an NPU program is "
+        "static; pass --calibration to choose)"
+    )

@@ -49,49 +49,25 @@ def _module(source):
     return source.eager if source.eager is not None else as_module(source.program)
 
 
-def _calibration_arrays(options, names: list[str] | None = None) -> list | None:
-    """The --calibration arrays (None without the flag): by input name when the .npz
-    names every one of `names`, else in the .npz's order."""
-    if options.calibration is None:
-        return None
-    try:
-        samples = np.load(options.calibration)
-        keys = names if names and set(names) <= set(samples.files) else samples.files
-        arrays = [samples[k] for k in keys]
-    except Exception as e:
-        raise LoweringError(f"{options.calibration}: not a readable .npz ({e})") from e
-    if not arrays:
-        raise LoweringError(f"{options.calibration}: holds no arrays")
-    return arrays
-
-
-def _torch_input_specs(source) -> list[tuple]:
-    """(name, shape with None for a dynamic dimension) of a torch model's inputs."""
-    if source.example_inputs is not None and source.path is None:  # a bundled example
-        return [(f"input {k}", tuple(t.shape)) for k, t in enumerate(source.example_inputs)]
-    signature = source.program.graph_signature
-    specs = []
-    for node in source.program.graph.nodes:
-        if node.op == "placeholder" and node.name in signature.user_inputs:
-            shape = tuple(d if isinstance(d, int) else None for d in node.meta["val"].shape)
-            specs.append((node.name, shape))
-    return specs
-
-
 def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     """(example inputs, calibration samples). Calibration comes from --calibration, else
     the model's own example inputs, else random inputs (with a warning in the report)."""
     import torch
 
-    specs = _torch_input_specs(source)
-    arrays = _calibration_arrays(options, [name for name, _ in specs])
+    specs = calibration.torch_input_specs(source)
+    arrays = calibration.load_checked(options.calibration, specs)
     if arrays is not None:
-        calibration.check(options.calibration, arrays, specs)
+        report["numerics"]["inputs"] = "--calibration"
         example = tuple(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
         return example, [example]
     quantized = report["target"] != "TOSA-1.0+FP"
     if source.example_inputs is not None:
+        report["numerics"]["inputs"] = "example inputs"
         example = tuple(source.example_inputs)
+        sizes = ", ".join(str(list(t.shape)) for t in example)
+        dynamic = calibration.dynamic_warning(specs, f"taken from the example inputs ({sizes})")
+        if dynamic:
+            report["warnings"].append(dynamic)
         if source.path is not None and quantized:  # a user model: its examples are all we have
             report["warnings"].append("quantization calibrated on the model's example inputs")
         return example, [example]
@@ -102,6 +78,7 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     ]
     generator = torch.Generator().manual_seed(0)
     example = tuple(torch.randn(v.shape, generator=generator) for v in placeholders)
+    report["numerics"]["inputs"] = "random"
     if quantized:
         report["warnings"].append("no --calibration: quantization calibrated on random inputs")
     return example, [example]
@@ -114,6 +91,7 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
         inference_time_s=float(summary.inference_time_s),
         sram_bytes=int(summary.sram_used_bytes),
         flash_bytes=int(summary.off_chip_flash_used_bytes + summary.on_chip_flash_used_bytes),
+        dram_bytes=int(summary.dram_used_bytes),
         system_config=result.system_config,
         memory_mode=result.memory_mode,
         mac_utilisation=summary.mac_utilisation,
@@ -252,14 +230,13 @@ def _lower(source, options, staging, output, report, progress) -> None:
 
         from . import onnx_route
 
-        names = [name for name, _, _ in to_torch.input_specs(source.program)]
-        arrays = _calibration_arrays(options, names)
+        arrays = calibration.load_checked(options.calibration, to_torch.input_specs(source.program))
         onnx = onnx_route.prepare(source, options, arrays, report, progress)
         module, example = onnx.module, onnx.example
-        calibration = [example]
+        samples = [example]
     elif source.kind == "torch":
         module = _module(source)
-        example, calibration = _inputs(source, options, report)
+        example, samples = _inputs(source, options, report)
     else:
         raise LoweringError(f"{source.path}: {report['target']} cannot take a {source.kind} model")
     work = tempfile.mkdtemp(prefix="lower-")
@@ -276,7 +253,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
                     example,
                     _flow_target(options, report["target"]),
                     artifact_dir=work,
-                    calibration_inputs=calibration,
+                    calibration_inputs=samples,
                     quantizer_factory=quantizer_factory,
                     partitioner_factory=partitioner_factory,
                     activations="int16" if options.quantization == "int16" else "int8",

@@ -60,14 +60,15 @@ def random_onnx_inputs(model, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
-def compare_onnx(original, rewritten) -> dict[str, Any]:
-    """Runs both models in onnxruntime on random inputs. If onnxruntime refuses the
-    original (for instance layout=1 recurrent nodes), only the rewritten model runs."""
+def compare_onnx(original, rewritten, feeds: dict | None = None) -> dict[str, Any]:
+    """Runs both models in onnxruntime on `feeds` (default: random inputs). If onnxruntime
+    refuses the original (for instance layout=1 recurrent nodes), only the rewritten model
+    runs."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    feeds = random_onnx_inputs(rewritten)
+    feeds = random_onnx_inputs(rewritten) if feeds is None else feeds
     actual = ort.InferenceSession(
         rewritten.SerializeToString(), options, providers=["CPUExecutionProvider"]
     ).run(None, feeds)

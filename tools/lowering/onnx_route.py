@@ -28,11 +28,9 @@ def _pinned_shapes(specs, arrays, report) -> dict:
     """name -> static shape: from the calibration arrays, else dynamic dimensions set to 1."""
     if arrays is not None:
         return {name: tuple(a.shape) for (name, _, _), a in zip(specs, arrays)}
-    dynamic = [name for name, shape, _ in specs if any(d is None for d in shape)]
+    dynamic = calibration.dynamic_warning(specs, "set to 1")
     if dynamic:
-        report["warnings"].append(
-            f"dynamic dimensions of {', '.join(dynamic)} set to 1 (pass --calibration to choose)"
-        )
+        report["warnings"].append(dynamic)
     return {name: tuple(1 if d is None else d for d in shape) for name, shape, _ in specs}
 
 
@@ -54,7 +52,8 @@ def _onnxruntime(model, example) -> tuple[list | None, str]:
 
 
 def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
-    """`calibration_arrays`: numpy arrays in graph input order, or None (random inputs)."""
+    """`calibration_arrays`: numpy arrays in graph input order, checked against the model's
+    inputs, or None (random inputs)."""
     import torch
 
     from recurrent_lowering.backends.onnx import rewrite, to_torch
@@ -66,8 +65,6 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             f"unrolled (--emission loop is not available here)"
         )
     specs = to_torch.input_specs(source.program)
-    if calibration_arrays is not None:
-        calibration.check(options.calibration, calibration_arrays, [s[:2] for s in specs])
     try:
         model = to_torch.with_static_inputs(
             source.program, _pinned_shapes(specs, calibration_arrays, report)
@@ -83,6 +80,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             module = to_torch.onnx_to_torch(rewritten)
     except to_torch.ToTorchError as e:
         raise LoweringError(f"{source.path}: {e}") from e
+    report["numerics"]["inputs"] = "random" if calibration_arrays is None else "--calibration"
     if calibration_arrays is None:
         example = to_torch.example_inputs(model)
         if report["target"] != "TOSA-1.0+FP":  # every other NPU target is quantized

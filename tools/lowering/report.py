@@ -25,11 +25,18 @@ def empty(target: str, model: str) -> dict[str, Any]:
             "inference_time_s": None,
             "sram_bytes": None,
             "flash_bytes": None,
+            "dram_bytes": None,
             "system_config": None,
             "memory_mode": None,
         },
         "quantization": {"activations": None, "recurrent_weight_bits": None},
-        "numerics": {"reference": None, "max_abs_err": None, "sqnr_db": None, "plot": None},
+        "numerics": {
+            "reference": None,
+            "inputs": None,
+            "max_abs_err": None,
+            "sqnr_db": None,
+            "plot": None,
+        },
         "time": {"total_s": None, "stages": {}},
         "warnings": [],
     }
@@ -93,6 +100,10 @@ def summary(report: dict[str, Any]) -> str:
             f"| inference time (Vela estimate) | {_fmt(ms, ' ms')} |",
             f"| SRAM | {_fmt(vela['sram_bytes'], ' B')} |",
             f"| flash | {_fmt(vela['flash_bytes'], ' B')} |",
+        ]
+        if vela.get("dram_bytes"):
+            lines.append(f"| DRAM | {_fmt(vela['dram_bytes'], ' B')} |")
+        lines += [
             f"| Vela system config / memory mode | {vela['system_config']} / "
             f"{vela['memory_mode']} |",
         ]
@@ -104,7 +115,8 @@ def summary(report: dict[str, Any]) -> str:
         )
     if num["max_abs_err"] is not None:
         lines += [
-            f"| max abs error vs fp32 ({num['reference']}) | {_fmt(num['max_abs_err'])} |",
+            f"| max abs error vs fp32 ({num['reference']}; inputs: {num['inputs']}) | "
+            f"{_fmt(num['max_abs_err'])} |",
             f"| SQNR vs fp32 | {_fmt(num['sqnr_db'], ' dB')} |",
         ]
     lines.append(f"| total time | {_fmt(report['time']['total_s'], ' s')} |")

@@ -61,7 +61,7 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
     import torch
 
     from recurrent_lowering.backends.executorch_arm import decompose
-    from recurrent_lowering.tools.lowering import numerics
+    from recurrent_lowering.tools.lowering import calibration, numerics
 
     if source.kind != "torch":
         raise LoweringError(f"{source.path}: --target aten takes a .pt2 or a bundled example")
@@ -71,7 +71,12 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
             "node exists only while lowering for TOSA/Ethos-U); use --emission unrolled or auto"
         )
     strategy = "unrolled"
+    specs = calibration.torch_input_specs(source)
+    arrays = calibration.load_checked(options.calibration, specs)
     inputs = source.example_inputs
+    if arrays is not None:  # the user's data for the numerics check
+        inputs = tuple(torch.from_numpy(a).to(dtype) for a, (_, _, dtype) in zip(arrays, specs))
+    report["numerics"]["inputs"] = "--calibration" if arrays is not None else "example inputs"
     if inputs is not None:  # the reference comes first: decomposition may reuse the graph
         with torch.no_grad():
             expected = source.program.module()(*inputs)
@@ -92,11 +97,17 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
 def _lower_onnx(source, options, staging, output, report, progress) -> None:
     import onnx
 
-    from recurrent_lowering.backends.onnx import rewrite
-    from recurrent_lowering.tools.lowering import numerics
+    from recurrent_lowering.backends.onnx import rewrite, to_torch
+    from recurrent_lowering.tools.lowering import calibration, numerics
 
     if source.kind != "onnx":
         raise LoweringError(f"{source.name}: --target onnx takes an .onnx file")
+    specs = to_torch.input_specs(source.program)
+    arrays = calibration.load_checked(options.calibration, specs)
+    feeds = None  # random inputs for the numerics check, or the user's
+    if arrays is not None:
+        feeds = {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
+    report["numerics"]["inputs"] = "random" if feeds is None else "--calibration"
     strategy = "auto" if options.strategy == "auto" else options.strategy
     with progress.stage("rewrite recurrent nodes"):
         rewritten = rewrite.rewrite_model(
@@ -109,7 +120,7 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
     with progress.stage("save .onnx"):
         onnx.save(rewritten, str(staging.path_for(output)))
     with progress.stage("numerics vs input model (onnxruntime)"):
-        report["numerics"].update(numerics.compare_onnx(source.program, rewritten))
+        report["numerics"].update(numerics.compare_onnx(source.program, rewritten, feeds))
     report["ops"]["cpu"] = sum(1 for _ in rewritten.graph.node)
     report["ops"]["delegated"] = 0
 
