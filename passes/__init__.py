@@ -8,7 +8,7 @@ spec: RecurrentSpec; weights[layer][direction]: LayerWeights (see gate_order for
 and ONNX conversions); builder: a Builder (numpy_builder.NumpyBuilder evaluates).
 """
 
-from .builder import SCAN, SCAN_WITH_INITIAL, SELECT, Builder
+from .builder import POSITIONS, SCAN, SCAN_WITH_INITIAL, SELECT, Builder
 from .sequence import Outputs, emit, emit_step
 from .spec import (
     Activation,
@@ -28,6 +28,7 @@ __all__ = [
     "IOLayout",
     "LayerWeights",
     "Outputs",
+    "POSITIONS",
     "RecurrentSpec",
     "SCAN",
     "SCAN_WITH_INITIAL",

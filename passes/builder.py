@@ -28,6 +28,7 @@ Value = Any
 SELECT = "select"  # less() and where(): masking for runtime sequence lengths
 SCAN = "scan"  # scan(): loop emission
 SCAN_WITH_INITIAL = "scan_with_initial"  # scan(..., initial_in_ys=True)
+POSITIONS = "positions"  # positions(): masking a loop whose length is known at run time
 
 
 class RuntimeArray(np.ndarray):
@@ -177,6 +178,12 @@ class Builder(abc.ABC):
 
     def where(self, cond: Value, a: Value, b: Value) -> Value:
         raise NotImplementedError(SELECT)
+
+    # --- optional: run-time time indices (capability POSITIONS) ------------------------------
+    def positions(self, like: Value) -> Value:
+        """int64 [0, 1, ..., n-1] for the run-time size n of axis 0 of `like`: which step is
+        which when sequence_lens masks a loop over a length the graph does not fix."""
+        raise NotImplementedError(POSITIONS)
 
     # --- optional: loops (capability SCAN) ---------------------------------------------------
     def scan(

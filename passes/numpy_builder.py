@@ -1,7 +1,7 @@
 """A Builder that evaluates with numpy: the reference every adapter's tests compare against.
 
 Values are numpy arrays in the builder's float dtype (float32 unless asked otherwise).
-Supports SELECT and SCAN, so every strategy runs here.
+Supports SELECT, SCAN and POSITIONS, so every strategy runs here.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .builder import SCAN, SELECT, Builder, RuntimeArray
+from .builder import POSITIONS, SCAN, SELECT, Builder, RuntimeArray
 
 
 class NumpyBuilder(Builder):
-    capabilities = frozenset({SELECT, SCAN})
+    capabilities = frozenset({SELECT, SCAN, POSITIONS})
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
@@ -91,6 +91,9 @@ class NumpyBuilder(Builder):
 
     def transpose(self, x, perm):
         return np.transpose(x, perm)
+
+    def positions(self, like):
+        return np.arange(np.shape(like)[0], dtype=np.int64).view(RuntimeArray)
 
     def less(self, a, b):
         return np.less(a, b)

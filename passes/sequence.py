@@ -19,7 +19,8 @@ sequence_lens follows onnxruntime: steps t >= len[b] output 0 and keep the state
 the reverse direction effectively starts at len[b] - 1; a zero-length sequence ends with
 zero states (not its initial ones). Constant lengths become constant
 float masks (no select needed; steps every sequence covers need no mask, steps none
-covers no ops at all); runtime lengths need less/where.
+covers no ops at all); runtime lengths need less/where, and with a run-time T
+(a loop) also the steps' positions (`Builder.positions`).
 """
 
 from __future__ import annotations
@@ -107,15 +108,29 @@ class _Lens:
         self.valid_v = self.nonempty = self._pieces = None
         if lens is None:
             return
+        if self.constant and T is None:  # a loop of run-time length: compared at run time
+            self.lens, self.constant = b.constant(np.asarray(lens, np.int64)), False
         if self.constant:
             valid = np.arange(T)[:, None] < lens[None, :]  # [T, B]
             self.batch = len(lens)
             self.valid = None if valid.all() else valid
             return
+        if T is None:  # `positions` needs a value with the run-time T: see `run_time_steps`
+            return
         # runtime lengths: one comparison for all steps, [T, B, 1]
-        steps = np.arange(T, dtype=np.int64).reshape((T, 1, 1))
-        lens_v = b.unsqueeze(b.unsqueeze(lens, 0), 2)
-        self.valid_v = b.less(b.constant(steps), lens_v)
+        steps = b.constant(np.arange(T, dtype=np.int64).reshape((T, 1, 1)))
+        self.valid_v = b.less(steps, b.unsqueeze(b.unsqueeze(self.lens, 0), 2))
+
+    def run_time_steps(self, xs) -> Optional[_Mask]:
+        """The mask of every step of a loop whose length T is known only at run time, from
+        the positions of axis 0 of `xs` ([T, ...]); None without sequence lengths."""
+        if self.lens is None:
+            return None
+        if self.valid_v is None:  # one comparison for all layers and directions
+            b = self.b
+            steps = b.unsqueeze(b.unsqueeze(b.positions(xs), 1), 2)  # [T, 1, 1]
+            self.valid_v = b.less(steps, b.unsqueeze(b.unsqueeze(self.lens, 0), 2))
+        return _Mask(self.valid_v, constant=False, select=True)
 
     def empty_rows_zeroed(self, e: Emitter, s0, sa: int):
         """onnxruntime gives a zero-length sequence zero final states, not its initial ones.
@@ -334,7 +349,7 @@ class _Stack:
             return y_first, final
 
         dtype = self.dtype
-        mask = self.lens.steps(start, end) if T is not None else None
+        mask = self.lens.steps(start, end) if T is not None else self.lens.run_time_steps(xp)
         xs = [b.slice(xp, 0, start, end) if peeled else xp]
         if mask is not None:
             xs.append(mask.value)

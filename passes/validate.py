@@ -6,7 +6,7 @@ from typing import Sequence
 
 from . import activations
 from . import weights as wa
-from .builder import SCAN, SELECT, Builder, is_constant
+from .builder import POSITIONS, SCAN, SELECT, Builder, is_constant
 from .spec import CellKind, LayerWeights, RecurrentSpec, SpecError
 
 STRATEGIES = ("unrolled", "scan")
@@ -99,13 +99,18 @@ def validate(
                 fail(
                     "sequence_lens", f"lengths must lie in [0, {spec.seq_len}], got {lens.tolist()}"
                 )
-        elif SELECT not in builder.capabilities:
+        run_time_loop = strategy == "scan" and spec.seq_len is None  # compared at run time
+        if (run_time_loop or not is_constant(sequence_lens)) and SELECT not in builder.capabilities:
             fail(
                 "sequence_lens",
                 "runtime sequence lengths need select (less/where), which this builder lacks",
             )
-        if strategy == "scan" and spec.seq_len is None:
-            fail("sequence_lens", "masking in a loop needs a static sequence length (seq_len)")
+        if run_time_loop and POSITIONS not in builder.capabilities:
+            fail(
+                "sequence_lens",
+                "masking a loop of run-time length needs positions (a range), which this "
+                "builder lacks",
+            )
 
     # weights: [layer][direction], canonical shapes
     if len(weights) != spec.num_layers:

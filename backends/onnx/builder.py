@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from recurrent_lowering.passes.builder import SCAN, SELECT, Builder, Value
+from recurrent_lowering.passes.builder import POSITIONS, SCAN, SELECT, Builder, Value
 from recurrent_lowering.passes.spec import Activation
 
 FLOAT_TYPES = {
@@ -107,7 +107,7 @@ class OnnxBuilder(Builder):
     Optional -> OptionalGetElement (opset 15+), see `_unpacked_loop_weights`.
     """
 
-    capabilities = frozenset({SELECT, SCAN})
+    capabilities = frozenset({SELECT, SCAN, POSITIONS})
     # onnxruntime fuses Gemm + the activation after it (FusedGemm): per activation group
     # one product (GRU [r|z] and n, LSTM [i|f|o] and g) beats one product and a Split
     split_recurrent_product = True
@@ -535,6 +535,18 @@ class OnnxBuilder(Builder):
         return self._node(
             "ConstantOfShape", [dims], self.elem_type(like), (batch, width), value=value
         )
+
+    def positions(self, like):
+        """Range(0, Shape(like)[0], 1): the steps of a loop over a run-time length."""
+        if self.opset < 11:
+            raise NotImplementedError("Range needs opset 11")
+        shape = self._node("Shape", [like], TensorProto.INT64, (len(self.shape(like) or ()),))
+        steps = self._node(
+            "Gather", [shape, self.constant(np.asarray(0, np.int64))], TensorProto.INT64, ()
+        )
+        n = (self.shape(like) or (None,))[0]
+        zero, one = (self.constant(np.asarray(v, np.int64)) for v in (0, 1))
+        return self._node("Range", [zero, steps, one], TensorProto.INT64, (n,))
 
     # --- selection ----------------------------------------------------------------------------
     def less(self, a, b):

@@ -7,7 +7,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from recurrent_lowering.passes import Activation, CellKind, RecurrentSpec, SpecError, emit
+from recurrent_lowering.passes import (
+    SCAN,
+    SELECT,
+    Activation,
+    CellKind,
+    RecurrentSpec,
+    SpecError,
+    emit,
+)
 from recurrent_lowering.passes.op_count import CountingBuilder
 from recurrent_lowering.tests.core.gen import random_weights
 
@@ -81,6 +89,14 @@ CASES = [
         {},
         dict(sequence_lens=np.array([6])),
         None,
+        "sequence_lens",
+    ),
+    (
+        "run_time_loop_lens_without_positions",
+        dict(has_sequence_lens=True, seq_len=None),
+        {},
+        dict(sequence_lens="lens", strategy="scan"),
+        frozenset({SELECT, SCAN}),
         "sequence_lens",
     ),
     ("scan_without_scan", {}, {}, dict(strategy="scan"), frozenset(), "strategy"),

@@ -125,9 +125,10 @@ def test_unrolled_equals_loop_and_runtime_lens(cfg):
         for runtime in (False, True) if seq is not None else (False,):
             out = _run(spec, weights, x, h0, c0, seq, strategy, runtime=runtime)
             _close((out.y, out.h, out.c), ref)
-    if seq is None:  # the loop needs no static T (slices then run to the end)
-        dynamic = dataclasses.replace(spec, seq_len=None)
-        out = _run(dynamic, weights, x, h0, c0, None, "scan")
+    # the loop needs no static T (slices run to the end; lengths compare with positions)
+    dynamic = dataclasses.replace(spec, seq_len=None)
+    for runtime in (False, True) if seq is not None else (False,):
+        out = _run(dynamic, weights, x, h0, c0, seq, "scan", runtime=runtime)
         _close((out.y, out.h, out.c), ref)
 
 

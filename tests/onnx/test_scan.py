@@ -3,10 +3,10 @@ matches the unrolled rewrite of each static twin and onnxruntime's native op."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from recurrent_lowering.backends.onnx.rewrite import rewrite_model
-from recurrent_lowering.passes.spec import SpecError
 
 from . import models
 from .ort_util import assert_close, check_rewritten, run
@@ -51,11 +51,52 @@ def test_forced_scan_on_static_length_matches_unrolled():
         assert_close(g, w)
 
 
-def test_runtime_lengths_with_dynamic_steps_are_refused_by_name():
-    cfg = models.Config(op="GRU", sequence_lens="input", dynamic_steps=True)
-    model, _ = models.build(cfg, name="enc/gru")
-    with pytest.raises(SpecError, match="enc/gru.*sequence_lens"):
-        rewrite_model(model)
+LENGTH_CONFIGS = [
+    models.Config(op="GRU", direction="bidirectional", initial_h=True, sequence_lens="input"),
+    models.Config(
+        op="LSTM",
+        direction="reverse",
+        initial_h=True,
+        initial_c=True,
+        batch=3,
+        sequence_lens="input",
+    ),
+    models.Config(op="RNN", layout=1, batch=3, sequence_lens="input"),
+    models.Config(op="GRU", linear_before_reset=1, batch=3, sequence_lens="constant"),
+]
+
+
+@pytest.mark.parametrize(
+    "cfg", LENGTH_CONFIGS, ids=lambda c: f"{c.op}-{c.direction}-l{c.layout}-{c.sequence_lens}"
+)
+def test_sequence_lens_with_a_dynamic_length(cfg):
+    """sequence_lens masks a loop whose T is known only at run time (the steps' positions
+    come from a Range over X's time axis): lengths 0, T and between, at several T, match
+    onnxruntime's native op."""
+    dynamic, _ = models.build(dataclasses.replace(cfg, dynamic_steps=True))
+    rewritten = rewrite_model(dynamic)
+    check_rewritten(rewritten)
+    assert any(n.op_type == "Range" for n in rewritten.graph.node)
+    for steps in (1, 3, 6):
+        static_cfg = dataclasses.replace(cfg, steps=steps, dynamic_steps=False)
+        lens = np.array([0, steps, max(1, steps - 1)][: cfg.batch], np.int32)
+        if cfg.sequence_lens == "constant":  # one set of lengths is compiled in
+            if steps < 3:
+                continue
+            lens = np.array([0, 3, 2], np.int32)
+        static, feeds = models.build(static_cfg)
+        if cfg.sequence_lens == "input":
+            feeds["sequence_lens"] = lens
+        else:
+            static, _ = models.build(static_cfg, feeds={**feeds, "sequence_lens": lens})
+            rewritten, _ = models.build(
+                dataclasses.replace(cfg, dynamic_steps=True), feeds={**feeds, "sequence_lens": lens}
+            )
+            rewritten = rewrite_model(rewritten)
+        native = models.to_layout0(static) if cfg.layout else static
+        got, want = run(rewritten, feeds), run(native, feeds)
+        for g, n in zip(got, want, strict=True):
+            assert_close(g, n)
 
 
 @pytest.mark.parametrize(
