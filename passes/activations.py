@@ -8,7 +8,7 @@
   HardSigmoid           clamp(alpha * x + beta, 0, 1)
   Elu                   relu(x) + alpha * (exp(min(x, 0)) - 1)
   Softsign              x / (1 + |x|)
-  Softplus              log(exp(x) + 1)
+  Softplus              relu(x) + log(exp(-|x|) + 1)   (log(exp(x) + 1) overflows in float16)
 
 Multiplications by 1 and additions of 0 are not emitted. Parameters must be resolved by
 the adapter (ONNX's and onnxruntime's defaults differ); `check` says what is missing.
@@ -86,5 +86,5 @@ def apply(
     if name == "Softsign":
         return b.div(x, shift(b.abs(x), 1.0))
     if name == "Softplus":
-        return b.log(shift(b.exp(x), 1.0))
+        return b.add(b.relu(x), b.log(shift(b.exp(scale(b.abs(x), -1.0)), 1.0)))
     raise ValueError(f"unknown activation {name!r}")

@@ -137,6 +137,7 @@ class OnnxBuilder(Builder):
         self.types: dict = {}  # value name -> (elem_type, shape tuple or None)
         self._slices: dict = {}  # Slice output -> (input, axis, start, end, dim), for finalize
         self._transposes: dict = {}  # runtime weight -> its Transpose (MatMul form)
+        self._transpose_of: dict = {}  # Transpose output -> (its input, perm)
 
     # --- bookkeeping ------------------------------------------------------------------------
     def declare(self, name: str, elem_type: int, shape) -> str:
@@ -214,6 +215,16 @@ class OnnxBuilder(Builder):
                 inputs.append(bias if runtime_b else self.constant(bias, _hint(name, "bias")))
             return self._node("Gemm", inputs, elem, out_shape, **attrs)
         w_t = self._transposed(weight) if runtime_w else self._weight_t(weight, name)
+        source = self._transpose_of.get(x)
+        if (
+            self.float_dtype == np.float16
+            and source is not None
+            and source[1][-1] == len(source[1]) - 1
+        ):
+            # onnxruntime (1.32) crashes creating a session for float16 Transpose -> MatMul:
+            # the product is taken before the transpose (which keeps the last axis) instead
+            product = self.linear(source[0], weight, bias, name)
+            return self.transpose(product, source[1])
         y = self._node("MatMul", [x, w_t], elem, out_shape)
         if bias is not None:
             if not runtime_b:
@@ -285,8 +296,15 @@ class OnnxBuilder(Builder):
     def clamp(self, x, lo, hi):
         if lo is None and hi is None:
             return x
-        # Clip-6 takes attributes; onnxruntime has double Clip kernels only from opset 12.
-        if self.opset < 11 or (self.opset < 12 and self.float_dtype != np.float32):
+        # Clip-6 takes attributes; onnxruntime's Clip kernels before opset 12 are float32
+        # only, and Max/Min broadcast a scalar only from opset 8.
+        if self.opset < 11 and self.float_dtype == np.float32:
+            bounds = {"min": lo, "max": hi}
+            attrs = {k: float(v) for k, v in bounds.items() if v is not None}
+            return self._node("Clip", [x], self.elem_type(x), self.shape(x), **attrs)
+        if self.opset < 12 and self.float_dtype != np.float32:
+            if self.opset < 8:
+                raise NotImplementedError("clip of a non-float32 graph needs opset 8")
             if lo is not None:
                 x = self._binary("Max", x, self._scalar(lo))
             if hi is not None:
@@ -522,7 +540,9 @@ class OnnxBuilder(Builder):
     def transpose(self, x, perm):
         shape = self.shape(x)
         out = None if shape is None else tuple(shape[p] for p in perm)
-        return self._node("Transpose", [x], self.elem_type(x), out, perm=list(perm))
+        y = self._node("Transpose", [x], self.elem_type(x), out, perm=list(perm))
+        self._transpose_of[y] = (x, tuple(perm))
+        return y
 
     def zeros_like_rows(self, like, width):
         """ConstantOfShape([batch of `like`, width]): exact zeros for a run-time batch."""

@@ -145,7 +145,7 @@ def _resolve_activations(
     names = [n.decode() if isinstance(n, bytes) else n for n in names]
     per_direction = cell.num_activations
     if len(names) == per_direction and num_directions == 2:
-        names = names * 2  # onnxruntime reuses one set for both directions
+        names = names * 2  # one set for both directions (onnxruntime 1.32 refuses it)
         alphas, betas = alphas * 2, betas * 2
     if len(names) != per_direction * num_directions:
         raise OnnxReadError(

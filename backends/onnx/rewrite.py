@@ -14,8 +14,10 @@ import dataclasses
 import os
 import re
 import tempfile
+from typing import Callable, Optional
 
 import onnx
+import onnx.inliner
 from onnx import TensorProto
 
 from recurrent_lowering import passes
@@ -23,7 +25,7 @@ from recurrent_lowering.passes.spec import SpecError
 
 from .builder import ConstantPool, Names, OnnxBuilder
 from .constants import Scope
-from .reader import RECURRENT_OPS, OnnxReadError, read_node
+from .reader import RECURRENT_OPS, OnnxReadError, RecurrentNode, read_node
 
 STRATEGIES = ("auto", "unrolled", "scan")
 # "portable": plain ops any runtime or converter takes. "onnxruntime": `auto` picks Scan
@@ -70,19 +72,61 @@ def _shape_of(value_info: onnx.ValueInfoProto):
 
 
 def _known_types(model: onnx.ModelProto) -> dict:
-    """name -> (elem_type, shape) from shape inference over all graphs."""
+    """name -> (elem_type, shape) from shape inference over all graphs. Sibling subgraphs
+    may each define a value of one name: where their types differ the name's shape (and
+    element type, if that differs too) is unknown, which the rewrite handles as dynamic."""
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001 - fall back to what the model declares
         inferred = model
-    types = {}
+    types: dict = {}
+
+    def note(name, found):
+        known = types.setdefault(name, found)
+        if known != found:
+            types[name] = (known[0] if known[0] == found[0] else None, None)
+
     for g in _all_graphs(inferred.graph):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.type.HasField("tensor_type"):
-                types.setdefault(vi.name, _shape_of(vi))
+                note(vi.name, _shape_of(vi))
         for t in g.initializer:
-            types.setdefault(t.name, (t.data_type, tuple(t.dims)))
+            note(t.name, (t.data_type, tuple(t.dims)))
     return types
+
+
+def _check_inputs(read: RecurrentNode, builder: OnnxBuilder, types: dict):
+    """X and the initial states against the weights, where their types are known: an
+    inconsistent model gets an error naming the node and input, not a rewritten model
+    that fails in the runtime. Returns X's static batch size or None."""
+    spec = read.spec
+    label = spec.name
+    float_name = onnx.helper.tensor_dtype_to_np_dtype(builder.float_type).name
+    x_shape = builder.shape(read.x)
+    batch_axis = 0 if spec.layout.batch_first else 1
+    batch = x_shape[batch_axis] if x_shape else None
+    if x_shape and x_shape[2] is not None and x_shape[2] != spec.input_size:
+        raise OnnxReadError(label, "X", f"has input size {x_shape[2]}; W takes {spec.input_size}")
+    directions_axis = 1 if spec.layout.state_batch_first else 0
+    expected = [None, None, spec.hidden_size]
+    expected[directions_axis], expected[1 - directions_axis] = spec.num_directions, batch
+    for attribute, name in (
+        ("X", read.x),
+        ("initial_h", read.initial_h),
+        ("initial_c", read.initial_c),
+    ):
+        elem, shape = types.get(name, (None, None)) if name else (None, None)
+        if elem is not None and elem != builder.float_type:
+            found = onnx.helper.tensor_dtype_to_np_dtype(elem).name
+            raise OnnxReadError(label, attribute, f"is {found}, the weights {float_name}")
+        if attribute != "X" and shape is not None:
+            fits = len(shape) == 3 and all(
+                e is None or d is None or d == e for d, e in zip(shape, expected)
+            )
+            if not fits:
+                want = "[" + ", ".join("?" if e is None else str(e) for e in expected) + "]"
+                raise OnnxReadError(label, attribute, f"has shape {list(shape)}; expected {want}")
+    return batch
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
@@ -98,7 +142,14 @@ def _prefix(label: str) -> str:
 
 class _Rewriter:
     def __init__(
-        self, model, strategy, activation_defaults, linear_mode, require_constant_weights, tune_for
+        self,
+        model,
+        strategy,
+        activation_defaults,
+        linear_mode,
+        require_constant_weights,
+        tune_for,
+        keep=None,
     ):
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
@@ -116,6 +167,7 @@ class _Rewriter:
         self.pool = ConstantPool(self.names, "rl")
         self.replaced_inputs: list = []  # weight names the removed nodes consumed
         self.count = 0
+        self.keep = keep
 
     def run(self) -> int:
         self._graph(self.model.graph, Scope(self.model.graph, self.model.opset_import))
@@ -135,8 +187,11 @@ class _Rewriter:
         for node in graph.node:
             for sub in _graphs_of(node):
                 self._graph(sub, scope.child(sub))
+            replaced = None
             if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
-                new_nodes.extend(self._replace(node, scope))
+                replaced = self._replace(node, scope)
+            if replaced is not None:
+                new_nodes.extend(replaced)
                 self.count += 1
                 changed = True
             else:
@@ -152,7 +207,8 @@ class _Rewriter:
         builder.declare(name, elem or default_type, shape if shape is not None else default_shape)
         return name
 
-    def _replace(self, node: onnx.NodeProto, scope: Scope) -> list:
+    def _replace(self, node: onnx.NodeProto, scope: Scope) -> Optional[list]:
+        """The nodes replacing `node`, or None if `keep` keeps it."""
         read = read_node(
             node,
             scope.value,
@@ -161,6 +217,14 @@ class _Rewriter:
             value_type=lambda name: self.types.get(name, (None, None)),
         )
         spec = read.spec
+        if self.opset < 7:  # Add/Mul-6 broadcast only with attributes, one way
+            raise OnnxReadError(
+                spec.name,
+                "opset",
+                f"opset {self.opset} predates the implicit broadcasting the rewrite emits; "
+                "convert the model to opset 7 or later first "
+                "(onnx.version_converter.convert_version)",
+            )
         builder = OnnxBuilder(
             _prefix(spec.name),
             read.float_dtype,
@@ -178,6 +242,7 @@ class _Rewriter:
         x = self._declare(builder, read.x, float_type, x_shape)
         if builder.shape(x) is not None and len(builder.shape(x)) != 3:
             raise OnnxReadError(spec.name, "X", f"must have rank 3, got shape {builder.shape(x)}")
+        batch = _check_inputs(read, builder, self.types)
         time_axis = 1 if batch_first else 0
         steps = builder.static_dim(x, time_axis)
         strategy = self.strategy
@@ -189,9 +254,11 @@ class _Rewriter:
                 spec.name, "X", "strategy 'unrolled' needs a static sequence length; use 'scan'"
             )
         spec = dataclasses.replace(spec, seq_len=steps)
-        state_shape = (None, spec.num_directions, spec.hidden_size)
+        if self.keep is not None and self.keep(dataclasses.replace(read, spec=spec)):
+            return None
+        state_shape = (batch, spec.num_directions, spec.hidden_size)
         if not batch_first:
-            state_shape = (spec.num_directions, None, spec.hidden_size)
+            state_shape = (spec.num_directions, batch, spec.hidden_size)
         h0 = c0 = None
         if read.initial_h:
             h0 = self._declare(builder, read.initial_h, float_type, state_shape)
@@ -266,8 +333,9 @@ def rewrite_model(
     linear_mode: str = "gemm",
     require_constant_weights: bool = False,
     tune_for: str = "portable",
+    keep: Optional[Callable[[RecurrentNode], bool]] = None,
 ) -> onnx.ModelProto:
-    """A copy of `model` without GRU/LSTM/RNN nodes.
+    """A copy of `model` without GRU/LSTM/RNN nodes (but those `keep` keeps).
 
     strategy: "unrolled" (static T), "scan" (one ONNX Scan per direction), or "auto"
     (unrolled when the node's sequence length is static, else scan).
@@ -280,21 +348,55 @@ def rewrite_model(
     then picks Scan at every length, and each Scan reads its constant weights through
     Optional -> OptionalGetElement (opset 15+) so that onnxruntime runs its unpacked
     GEMV, faster for batch-1 steps (docs/onnx.md).
+    keep: called with each recurrent node as read (its static T in `spec.seq_len`); True
+    leaves the node as it is (e.g. for a converter that has a better form for it).
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    out = _inline_functions_with_recurrent_nodes(out)
     _Rewriter(
-        out, strategy, activation_defaults, linear_mode, require_constant_weights, tune_for
+        out, strategy, activation_defaults, linear_mode, require_constant_weights, tune_for, keep
     ).run()
     return out
 
 
+def _is_recurrent(node: onnx.NodeProto) -> bool:
+    return node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx")
+
+
+def _function_nodes(function: onnx.FunctionProto):
+    for node in function.node:
+        yield node
+        for sub in _graphs_of(node):
+            for g in _all_graphs(sub):
+                yield from g.node
+
+
+def _inline_functions_with_recurrent_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Model-local functions holding a recurrent node (or calling one that does) are inlined,
+    so that the rewrite reaches their nodes; the others stay functions."""
+    calls = {
+        (f.domain, f.name): {(n.domain, n.op_type) for n in _function_nodes(f)}
+        for f in model.functions
+    }
+    chosen = {
+        key for key, f in zip(calls, model.functions) if any(map(_is_recurrent, _function_nodes(f)))
+    }
+    grown = True
+    while grown:
+        callers = {key for key, called in calls.items() if called & chosen} - chosen
+        chosen |= callers
+        grown = bool(callers)
+    if not chosen:
+        return model
+    return onnx.inliner.inline_selected_functions(model, sorted(chosen), exclude=False)
+
+
 def count_recurrent_nodes(model: onnx.ModelProto) -> int:
-    return sum(
-        1
-        for g in _all_graphs(model.graph)
-        for n in g.node
-        if n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx")
+    """Recurrent nodes in the graph, its subgraphs and the model's local functions."""
+    in_graphs = sum(1 for g in _all_graphs(model.graph) for n in g.node if _is_recurrent(n))
+    return in_graphs + sum(
+        1 for f in model.functions for n in _function_nodes(f) if _is_recurrent(n)
     )
 
 

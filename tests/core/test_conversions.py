@@ -105,6 +105,18 @@ def test_activation_matches_closed_form(name, params):
     np.testing.assert_allclose(got, CLOSED_FORMS[name](x, alpha, beta), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", sorted(CLOSED_FORMS))
+def test_activation_stays_finite_in_float16(name):
+    """Composed forms must not overflow where the function itself is in range: e.g.
+    Softplus as log(exp(x) + 1) is inf in float16 from x = 11.1 on."""
+    act = Activation(name, 0.7, 0.4)
+    x = np.linspace(-15, 15, 61)
+    got = A.apply(NumpyBuilder(np.float16), act, x.astype(np.float16))
+    want = CLOSED_FORMS[name](x, 0.7, 0.4)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize(
     "act,ops",
     [

@@ -53,11 +53,39 @@ def _runtime_weights_unknown_shape():
     return model
 
 
+def _input_size_unlike_w():
+    model, _ = models.build(CFG, name="enc/gru0")
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 5  # W takes 3
+    return model
+
+
+def _initial_h_unlike_hidden_size():
+    cfg = dataclasses.replace(CFG, initial_h=True)
+    model, _ = models.build(cfg, name="enc/gru0")
+    h0 = next(i for i in model.graph.input if i.name == "initial_h")
+    h0.type.tensor_type.shape.dim[2].dim_value = 7
+    return model
+
+
+def _x_unlike_weights_dtype():
+    model, _ = models.build(CFG, name="enc/gru0")
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    return model
+
+
+def _opset_6():
+    return models.build(dataclasses.replace(CFG, opset=6), name="enc/gru0")[0]
+
+
 CONSTANTS = dict(require_constant_weights=True)
 BAD = {  # (model, attribute, detail, rewrite options)
     "missing_weights": (_missing_r, "'R'", "missing", {}),
     "inconsistent_shapes": (_bad_shape, "'R'", "shape", {}),
     "unknown_activation": (_unknown_activation, "'activations'", "Swish", {}),
+    "x_input_size": (_input_size_unlike_w, "'X'", "input size 5; W takes 3", {}),
+    "initial_h_shape": (_initial_h_unlike_hidden_size, "'initial_h'", "expected [1, 2, 4]", {}),
+    "opset_6": (_opset_6, "'opset'", "convert the model to opset 7", {}),
+    "x_dtype": (_x_unlike_weights_dtype, "'X'", "is float64, the weights float32", {}),
     "runtime_weights_refused": (_runtime_weights, "'W'", "W_scaled", CONSTANTS),
     "runtime_weight_without_static_shape": (
         _runtime_weights_unknown_shape,

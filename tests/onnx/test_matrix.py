@@ -129,3 +129,17 @@ def test_combination(index):
         native = models.to_layout0(model) if cfg.layout else model
         for g, r in zip(got, run(native, feeds), strict=True):
             assert_close(g, r)
+
+
+@pytest.mark.parametrize("opset", [7, 9, 10])
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_clip_before_opset_11(op, opset):
+    """Clip-6 (attributes) where Clip-11 (inputs) does not exist yet; Max/Min against a
+    scalar would not broadcast at opset 7."""
+    cfg = models.Config(op=op, clip=0.4, opset=opset, direction="bidirectional")
+    model, feeds = models.build(cfg)
+    rewritten = rewrite_model(model, strategy="unrolled")
+    check_rewritten(rewritten)
+    assert any(n.op_type == "Clip" and not n.input[1:] for n in rewritten.graph.node)
+    for g, r in zip(run(rewritten, feeds), run(model, feeds), strict=True):
+        assert_close(g, r)

@@ -133,3 +133,73 @@ def test_ir3_model_lists_new_weights_as_inputs():
     assert all(t.name in inputs for t in rewritten.graph.initializer)
     for g, w in zip(run(rewritten, feeds), run(model, feeds), strict=True):
         assert_close(g, w)
+
+
+def test_sibling_branches_defining_one_name_with_two_lengths():
+    """Each If branch slices its own 'xs' (3 and 5 steps) for a GRU: both are rewritten
+    for their own length, not the one shape inference reported for the name first."""
+    rng = np.random.default_rng(0)
+    w = _weights("GRU", 0)
+    inits = [numpy_helper.from_array(w[k], k) for k in ("W", "R")]
+
+    def branch(name, steps):
+        def ints(value):
+            return numpy_helper.from_array(np.array([value], np.int64), "v")
+
+        nodes = [
+            helper.make_node("Constant", [], [f"end_{name}"], value=ints(steps)),
+            helper.make_node("Constant", [], [f"start_{name}"], value=ints(0)),
+            helper.make_node("Slice", ["X", f"start_{name}", f"end_{name}"], ["xs"]),
+            helper.make_node("GRU", ["xs", "W", "R"], ["", f"h_{name}"], hidden_size=H),
+        ]
+        out = helper.make_tensor_value_info(f"h_{name}", TensorProto.FLOAT, [1, B, H])
+        return helper.make_graph(nodes, name, [], [out])
+
+    choose = helper.make_node(
+        "If", ["cond"], ["h"], then_branch=branch("then", 3), else_branch=branch("else", 5)
+    )
+    graph = helper.make_graph(
+        [choose],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, B, IN]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, B, H])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    rewritten = rewrite_model(model)
+    check_rewritten(rewritten)
+    assert count_recurrent_nodes(rewritten) == 0
+    x = rng.uniform(-1, 1, (T, B, IN)).astype(np.float32)
+    for cond in (True, False):
+        feeds = {"X": x, "cond": np.array(cond)}
+        assert_close(run(rewritten, feeds)[0], run(model, feeds)[0])
+
+
+def test_recurrent_node_in_a_local_function_is_rewritten():
+    """A model-local function holding a GRU is inlined and the GRU rewritten (it used to be
+    left in place with nothing said)."""
+    w = _weights("GRU", 3)
+    gru = helper.make_node("GRU", ["X", "W", "R"], ["", "Y_h"], hidden_size=H)
+    opsets = [helper.make_opsetid("", 17)]
+    encoder = helper.make_function("local", "Enc", ["X", "W", "R"], ["Y_h"], [gru], opsets)
+    graph = helper.make_graph(
+        [helper.make_node("Enc", ["X", "W", "R"], ["h"], domain="local")],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, B, IN])],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, B, H])],
+        [numpy_helper.from_array(w[k], k) for k in ("W", "R")],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[*opsets, helper.make_opsetid("local", 1)], functions=[encoder]
+    )
+    model.ir_version = 10
+    assert count_recurrent_nodes(model) == 1
+    rewritten = rewrite_model(model)
+    check_rewritten(rewritten)
+    assert count_recurrent_nodes(rewritten) == 0
+    feeds = {"X": np.random.default_rng(0).uniform(-1, 1, (T, B, IN)).astype(np.float32)}
+    assert_close(run(rewritten, feeds)[0], run(model, feeds)[0])

@@ -113,3 +113,46 @@ def test_calibration_inputs_drive_the_numerics_check(tmp_path):
     assert numerics["inputs"] == "--calibration"
     assert numerics["reference"] == "onnxruntime on the input model"
     assert numerics["max_abs_err"] <= 1e-5
+
+
+def test_random_inputs_say_what_they_leave_unchecked(tmp_path):
+    from recurrent_lowering.tests.onnx import models
+
+    cfg = models.Config(op="GRU", dynamic_steps=True, sequence_lens="input")
+    onnx.save(models.build(cfg)[0], str(tmp_path / "m.onnx"))
+    result = run_lower(["m.onnx", "--target=onnx", "--report=r.json"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rewrite"]["replaced"] == 1
+    assert report["warnings"] == [
+        "numerics checked with the dynamic dimensions of X set to 1 (pass --calibration to choose)",
+        "numerics checked with the integer inputs sequence_lens set to 1 (pass --calibration "
+        "to choose)",
+    ]
+
+
+def test_calibration_the_input_model_refuses_is_an_error(tmp_path):
+    """Lengths beyond T: onnxruntime refuses them on the input model (which runs on other
+    inputs), so the check did not happen; it used to pass as 'refused the input model'."""
+    from recurrent_lowering.tests.onnx import models
+
+    cfg = models.Config(op="GRU", sequence_lens="input")
+    model, feeds = models.build(cfg)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "c.npz", **{**feeds, "sequence_lens": np.full(2, 9, np.int32)})
+    result = run_lower(["m.onnx", "--target=onnx", "--calibration=c.npz"], str(tmp_path))
+    assert result.returncode != 0
+    assert "lower: error: onnxruntime refuses the input model on --calibration:" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz", "m.onnx"]
+
+
+def test_model_without_recurrent_nodes_is_written_unchanged_with_a_warning(tmp_path):
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(onnx.helper.make_model(graph), str(tmp_path / "m.onnx"))
+    result = run_lower(["m.onnx", "--target=onnx", "--report=r.json"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rewrite"]["replaced"] == 0
+    assert "no GRU/LSTM/RNN node in the model: written unchanged" in report["warnings"]

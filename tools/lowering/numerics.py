@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import LoweringError
+
 
 def _flat(outputs: Any) -> list[np.ndarray]:
     if isinstance(outputs, (list, tuple)):
@@ -60,22 +62,48 @@ def random_onnx_inputs(model, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def compare_onnx(original, rewritten, feeds: dict | None = None) -> dict[str, Any]:
     """Runs both models in onnxruntime on `feeds` (default: random inputs). If onnxruntime
     refuses the original (for instance layout=1 recurrent nodes), only the rewritten model
-    runs."""
+    runs. Given feeds that onnxruntime refuses (the original runs on random ones) are an
+    error: a --calibration that does not fit the model (e.g. lengths beyond T)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
+
+    def run(model, inputs):
+        session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        return session.run(None, inputs)
+
+    given = feeds is not None
     feeds = random_onnx_inputs(rewritten) if feeds is None else feeds
-    actual = ort.InferenceSession(
-        rewritten.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    ).run(None, feeds)
     try:
-        expected = ort.InferenceSession(
-            original.SerializeToString(), options, providers=["CPUExecutionProvider"]
-        ).run(None, feeds)
+        actual = run(rewritten, feeds)
+    except Exception as e:  # onnxruntime's errors have many types
+        if given:
+            reason = _first_line(e)
+            raise LoweringError(
+                f"onnxruntime cannot run the model on --calibration: {reason}"
+            ) from e
+        raise
+    try:
+        expected = run(original, feeds)
     except Exception as e:  # ORT refuses some valid models, e.g. layout=1 GRU
+        if given:
+            try:
+                run(original, random_onnx_inputs(original))
+            except Exception:  # noqa: BLE001 - refused whatever the inputs: the model
+                pass
+            else:
+                raise LoweringError(
+                    f"onnxruntime refuses the input model on --calibration: {_first_line(e)}"
+                ) from e
         return {"reference": f"none: onnxruntime refused the input model ({type(e).__name__})"}
     return {"reference": "onnxruntime on the input model", **compare(expected, actual)}

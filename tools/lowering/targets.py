@@ -108,6 +108,8 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
     if arrays is not None:
         feeds = {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
     report["numerics"]["inputs"] = "random" if feeds is None else "--calibration"
+    if feeds is None:
+        report["warnings"].extend(_random_input_caveats(specs))
     strategy = "auto" if options.strategy == "auto" else options.strategy
     with progress.stage("rewrite recurrent nodes"):
         rewritten = rewrite.rewrite_model(
@@ -116,13 +118,37 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
             activation_defaults=options.activation_defaults,
             tune_for=options.tune_for,
         )
-    report["rewrite"] = {"tune_for": options.tune_for}
+    replaced = rewrite.count_recurrent_nodes(source.program)
+    report["rewrite"] = {"tune_for": options.tune_for, "replaced": replaced}
+    if not replaced:
+        report["warnings"].append("no GRU/LSTM/RNN node in the model: written unchanged")
     with progress.stage("save .onnx"):
         onnx.save(rewritten, str(staging.path_for(output)))
     with progress.stage("numerics vs input model (onnxruntime)"):
         report["numerics"].update(numerics.compare_onnx(source.program, rewritten, feeds))
     report["ops"]["cpu"] = sum(1 for _ in rewritten.graph.node)
     report["ops"]["delegated"] = 0
+
+
+def _random_input_caveats(specs) -> list[str]:
+    """What random numerics inputs leave unchecked: dynamic dimensions run at 1, integer
+    inputs (sequence_lens) at 1."""
+    import numpy as np
+
+    caveats = []
+    dynamic = [name for name, shape, _ in specs if any(d is None for d in shape)]
+    if dynamic:
+        caveats.append(
+            f"numerics checked with the dynamic dimensions of {', '.join(dynamic)} set to 1 "
+            "(pass --calibration to choose)"
+        )
+    integers = [name for name, _, dtype in specs if np.issubdtype(dtype, np.integer)]
+    if integers:
+        caveats.append(
+            f"numerics checked with the integer inputs {', '.join(integers)} set to 1 "
+            "(pass --calibration to choose)"
+        )
+    return caveats
 
 
 def _lower_npu(source, options, staging, output, report, progress) -> None:
