@@ -31,6 +31,7 @@ import onnx
 import torch
 from torch import nn
 
+from . import torch_recurrent
 from ._torchvision_stub import torchvision_stub
 
 # (op, version) whose change over the previous version only added element types
@@ -69,6 +70,7 @@ def _onnx2torch():
             previous = registry.get_converter(op, version - 1)
             _register(registry, op, version, previous)
     _register(registry, "Split", 18, _convert_split18)
+    torch_recurrent.register(registry)
     for version in (10, 22):  # the rewrite emits it for the ThresholdedRelu activation
         _register(registry, "ThresholdedRelu", version, _convert_thresholded_relu)
     return onnx2torch
@@ -413,10 +415,12 @@ def _gemm_to_linear(gm: torch.fx.GraphModule, node) -> int:
     return 1
 
 
-def _check_convertible(model: onnx.ModelProto) -> None:
+def _check_convertible(model: onnx.ModelProto, recurrent: dict) -> None:
     for node in model.graph.node:
         label = f"node {node.name or node.output[0]!r} ({node.op_type})"
         if node.op_type in _RECURRENT and node.domain in ("", "ai.onnx"):
+            if torch_recurrent.key(node.output) in recurrent:
+                continue
             raise ToTorchError(
                 f"{label}: rewrite recurrent nodes first (rewrite_model(strategy='unrolled'))"
             )
@@ -426,14 +430,48 @@ def _check_convertible(model: onnx.ModelProto) -> None:
             )
 
 
-def onnx_to_torch(model: onnx.ModelProto) -> torch.fx.GraphModule:
-    """`model` (no GRU/LSTM/RNN/Scan/Loop/If left) as an eval-mode fx GraphModule whose
-    forward takes the graph inputs (initializers excluded) in order and returns the graph
-    outputs (a tuple when there are several)."""
-    _check_convertible(model)
+def _graph_outputs_through_identity(model: onnx.ModelProto, recurrent: dict):
+    """onnx2torch makes a graph output that a multi-output node produces the node's whole
+    tuple: (model, recurrent) where such outputs of the recurrent nodes pass through an
+    Identity instead (dropped after conversion, like every Identity)."""
+    graph_outputs = {o.name for o in model.graph.output}
+
+    def affected(node) -> bool:
+        return (
+            node.op_type in _RECURRENT
+            and torch_recurrent.key(node.output) in recurrent
+            and len(node.output) > 1
+            and bool(graph_outputs & set(node.output))
+        )
+
+    if not any(affected(n) for n in model.graph.node):
+        return model, recurrent
+    copy, recurrent = onnx.ModelProto(), dict(recurrent)
+    copy.CopyFrom(model)
+    for node in [n for n in copy.graph.node if affected(n)]:
+        read = recurrent.pop(torch_recurrent.key(node.output))
+        for k, name in enumerate(node.output):
+            if name in graph_outputs:
+                node.output[k] = f"{name}__node_output"
+                copy.graph.node.append(onnx.helper.make_node("Identity", [node.output[k]], [name]))
+        recurrent[torch_recurrent.key(node.output)] = read
+    return copy, recurrent
+
+
+def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torch.fx.GraphModule:
+    """`model` (no Scan/Loop/If, and no GRU/LSTM/RNN but those in `recurrent`) as an
+    eval-mode fx GraphModule whose forward takes the graph inputs (initializers excluded) in
+    order and returns the graph outputs (a tuple when there are several).
+
+    `recurrent`: torch_recurrent.key(node outputs) -> the node as read, for the recurrent
+    nodes torch's own modules express (`torch_recurrent.expressible`): they become those."""
+    recurrent = recurrent or {}
+    _check_convertible(model, recurrent)
+    model, recurrent = _graph_outputs_through_identity(model, recurrent)
     onnx2torch = _onnx2torch()
     try:
-        gm = onnx2torch.convert(model)
+        with torch_recurrent.nodes(recurrent):
+            gm = onnx2torch.convert(model)
     except NotImplementedError as e:
         raise ToTorchError(f"onnx2torch cannot convert this model: {e}") from e
     replaced = _make_static(gm)

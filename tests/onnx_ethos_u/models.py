@@ -42,13 +42,21 @@ def _model(nodes, name, inputs, outputs, arrays, opset):
 
 
 def recurrent_with_head(
-    op: str = "GRU", input_size: int = 8, hidden: int = 16, steps: int = 4, opset: int = 17
+    op: str = "GRU",
+    input_size: int = 8,
+    hidden: int = 16,
+    steps: int = 4,
+    opset: int = 17,
+    **attributes,
 ) -> onnx.ModelProto:
+    """X -> op (`attributes` on the node) -> Squeeze -> MatMul head: outputs Z and Y_h."""
     arrays = _weights(op, input_size, hidden, 1)
     arrays["head"] = np.random.default_rng(1).uniform(-0.3, 0.3, (hidden, 1)).astype(np.float32)
     arrays["axis1"] = np.array([1], np.int64)
     nodes = [
-        helper.make_node(op, ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden, name="rec"),
+        helper.make_node(
+            op, ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden, name="rec", **attributes
+        ),
         helper.make_node("Squeeze", ["Y", "axis1"], ["Y2"], name="squeeze"),
         helper.make_node("MatMul", ["Y2", "head"], ["Z"], name="head"),
     ]

@@ -44,10 +44,19 @@ def _check_ethos_u(tmp_path, report, sqnr_floor):
 
 @pytest.mark.parametrize("op,opset,sqnr_floor", [("GRU", 22, 36.0), ("LSTM", 17, 34.0)])
 def test_onnx_recurrent_model_to_ethos_u55(tmp_path, op, opset, sqnr_floor):
+    """The GRU (linear_before_reset=0, which torch's GRU is not) is rewritten into plain
+    ops; the LSTM becomes torch's nn.LSTM and is decomposed like a torch model's."""
     model = models.recurrent_with_head(op, opset=opset)
     report = _lower(tmp_path, model, "ethos-u55-128")
     _check_ethos_u(tmp_path, report, sqnr_floor)
     assert "no --calibration: quantization calibrated on random inputs" in report["warnings"]
+    if op == "GRU":
+        assert report["recurrent_nodes"] == {
+            "as_torch_modules": [],
+            "unrolled": {"rec": "linear_before_reset=0 (torch's GRU is linear_before_reset=1)"},
+        }
+    else:
+        assert report["recurrent_nodes"] == {"as_torch_modules": ["rec"], "unrolled": {}}
 
 
 def test_calibration_npz_by_input_name(tmp_path):
@@ -66,13 +75,49 @@ def test_onnx_gru_to_tosa_fp_matches_onnxruntime(tmp_path):
     assert report["vela"]["cycles"] is None
 
 
-def test_recurrent_weight_bits_refused_for_onnx(tmp_path):
-    """onnx2torch hands the Arm flow plain MatMuls: the recurrent weights cannot be told apart,
-    so narrowing them is refused rather than silently not done."""
+def test_recurrent_weight_bits_refused_when_every_node_is_rewritten(tmp_path):
+    """A rewritten node reaches the Arm flow as plain MatMuls: its recurrent weights cannot
+    be told apart, so narrowing them is refused rather than silently not done."""
     onnx.save(models.recurrent_with_head("GRU"), str(tmp_path / "model.onnx"))
     result = run_lower(
         ["model.onnx", "--target=ethos-u55-128", "--recurrent_weight_bits=4"], str(tmp_path)
     )
     assert result.returncode != 0
-    assert "lower: error: --recurrent_weight_bits needs a torch model" in result.stderr
+    assert "lower: error: --recurrent_weight_bits: no recurrent node of this model" in (
+        result.stderr
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+
+
+def test_pytorch_style_gru_gets_the_torch_adapter(tmp_path):
+    """A GRU as PyTorch exports it (linear_before_reset=1) becomes nn.GRU, so the torch
+    adapter's choices apply: the loop form at 12 steps (a few dozen nodes, not one set per
+    step) and 4-bit recurrent weights (TOSA INT4)."""
+    from recurrent_lowering.runtime import tosa_flatbuffer
+
+    model = models.recurrent_with_head("GRU", steps=12, linear_before_reset=1)
+    np.savez(tmp_path / "calib.npz", X=models.sample_input(model))
+    report = _lower(
+        tmp_path,
+        model,
+        "ethos-u55-128",
+        "--calibration=calib.npz",
+        "--recurrent_weight_bits=4",
+        "--tosa_output=m.tosa",
+    )
+    assert report["recurrent_nodes"] == {"as_torch_modules": ["rec"], "unrolled": {}}
+    _check_ethos_u(tmp_path, report, 30.0)
+    assert report["ops"]["delegated"] < 100  # unrolled: 400 and more
+    assert report["quantization"]["recurrent_weight_bits"] == 4
+    types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "m.tosa", "CONV2D", 1)]
+    assert types.count("INT4") == 11  # R at every step the loop copies; step 0 is peeled
+
+
+def test_onnx_lstm_kept_on_the_cpu(tmp_path):
+    from recurrent_lowering.backends.executorch_arm import fallback
+
+    model = models.recurrent_with_head("LSTM")
+    report = _lower(tmp_path, model, "ethos-u55-128", "--keep_recurrent_on_cpu")
+    assert report["ops"]["cpu_reasons"].get(fallback.KEPT_ON_CPU, 0) > 0
+    assert not any("--keep_recurrent_on_cpu" in w for w in report["warnings"])
+    assert report["numerics"]["sqnr_db"] > 30

@@ -220,11 +220,6 @@ def _lower(source, options, staging, output, report, progress) -> None:
     from recurrent_lowering.backends.executorch_arm import flow
 
     onnx = None
-    if source.kind == "onnx" and options.recurrent_weight_bits != 8:
-        raise LoweringError(  # onnx2torch hands the Arm flow plain MatMuls, not our products
-            "--recurrent_weight_bits needs a torch model: an .onnx reaches the Arm flow "
-            "rewritten into plain ops, where the recurrent weights are not told apart"
-        )
     if source.kind == "onnx":
         from recurrent_lowering.backends.onnx import to_torch
 
@@ -232,6 +227,12 @@ def _lower(source, options, staging, output, report, progress) -> None:
 
         arrays = calibration.load_checked(options.calibration, to_torch.input_specs(source.program))
         onnx = onnx_route.prepare(source, options, arrays, report, progress)
+        if options.recurrent_weight_bits != 8 and not onnx.as_torch_modules:
+            raise LoweringError(  # rewritten nodes reach the Arm flow as plain MatMuls
+                "--recurrent_weight_bits: no recurrent node of this model is one torch's "
+                "nn.GRU/LSTM/RNN computes (report: recurrent_nodes.unrolled); rewritten into "
+                "plain ops, its recurrent weights are not told apart"
+            )
         module, example = onnx.module, onnx.example
         samples = [example]
     elif source.kind == "torch":

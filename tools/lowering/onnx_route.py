@@ -1,8 +1,11 @@
 """An .onnx model on its way to a TOSA or Ethos-U target (docs/onnx_to_ethos_u.md).
 
-Static input shapes -> `rewrite_model(strategy="unrolled")` -> onnx2torch (backends.onnx.to_torch)
--> a torch module for the Arm flow. The fp32 reference is onnxruntime on the input model,
-which shares no code with the route; the converted torch module is checked against it too.
+Static input shapes -> recurrent nodes that torch's nn.GRU/LSTM/RNN express become those
+(backends.onnx.torch_recurrent: then decomposed like a torch model's layers, loop form
+included), the others `rewrite_model(strategy="unrolled")` -> onnx2torch
+(backends.onnx.to_torch) -> a torch module for the Arm flow. The fp32 reference is
+onnxruntime on the input model, which shares no code with the route; the converted torch
+module is checked against it too.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .errors import LoweringError
 @dataclasses.dataclass
 class Prepared:
     module: Any  # torch.fx.GraphModule of the rewritten model
+    as_torch_modules: list  # names of the recurrent nodes that became nn.GRU/LSTM/RNN
     example: tuple  # torch tensors, in graph input order
     reference: list | None  # onnxruntime on the input model, or None if it refused it
     reference_name: str
@@ -56,15 +60,20 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     inputs, or None (random inputs)."""
     import torch
 
-    from recurrent_lowering.backends.onnx import rewrite, to_torch
+    from recurrent_lowering.backends.onnx import rewrite, to_torch, torch_recurrent
     from recurrent_lowering.tools.lowering import numerics
 
-    if options.strategy not in ("auto", "unrolled"):
-        raise LoweringError(
-            f"{source.path}: {report['target']} needs a static graph; ONNX models are "
-            f"unrolled (--emission loop is not available here)"
-        )
     specs = to_torch.input_specs(source.program)
+    recurrent, unrolled = {}, {}
+
+    def keep(read) -> bool:  # the nodes nn.GRU/LSTM/RNN compute exactly stay for the converter
+        reason = torch_recurrent.expressible(read)
+        if reason is None:
+            recurrent[torch_recurrent.key(read.outputs)] = read
+        else:
+            unrolled[read.spec.name] = reason
+        return reason is None
+
     try:
         model = to_torch.with_static_inputs(
             source.program, _pinned_shapes(specs, calibration_arrays, report)
@@ -75,11 +84,19 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
                 strategy="unrolled",
                 activation_defaults=options.activation_defaults,
                 require_constant_weights=True,
+                keep=keep,
             )
         with progress.stage("convert to torch (onnx2torch)"):
-            module = to_torch.onnx_to_torch(rewritten)
+            module = to_torch.onnx_to_torch(rewritten, recurrent)
     except to_torch.ToTorchError as e:
         raise LoweringError(f"{source.path}: {e}") from e
+    names = [read.spec.name for read in recurrent.values()]
+    report["recurrent_nodes"] = {"as_torch_modules": names, "unrolled": unrolled}
+    if unrolled and options.strategy == "scan":
+        report["warnings"].append(
+            f"--emission loop: {', '.join(unrolled)} rewritten unrolled (no torch module "
+            "computes them exactly; see recurrent_nodes.unrolled)"
+        )
     report["numerics"]["inputs"] = "random" if calibration_arrays is None else "--calibration"
     if calibration_arrays is None:
         example = to_torch.example_inputs(model)
@@ -98,7 +115,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
         report["numerics"]["conversion_max_abs_err"] = converted["max_abs_err"]
     else:
         report["warnings"].append(f"numerics reference: {reference_name}")
-    return Prepared(module, example, reference, reference_name)
+    return Prepared(module, names, example, reference, reference_name)
 
 
 def compare_with_reference(prepared: Prepared, tosa_outputs: list) -> dict:

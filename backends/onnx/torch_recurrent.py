@@ -1,0 +1,178 @@
+"""ONNX GRU/LSTM/RNN nodes that torch's own recurrent modules express, converted to them.
+
+On the ONNX -> Ethos-U route (docs/onnx_to_ethos_u.md) a node rewritten into elementary ops
+reaches the Arm flow unrolled, as plain MatMuls: ExecuTorch then spends about 40 ms per node
+per timestep, and nothing downstream can tell the recurrent weights apart. A node that an
+nn.GRU/LSTM/RNN computes exactly (the form PyTorch exports: GRU with linear_before_reset=1,
+default activations, no clip, no peepholes, all sequences full length) becomes that module
+instead, so it is decomposed by the torch adapter like any torch model's layer: the loop
+form for long sequences, `--recurrent_weight_bits`, `--keep_recurrent_on_cpu`, h0/h_n
+sharing. `expressible` says which nodes qualify and why not; the rest are rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Optional
+
+import numpy as np
+import torch
+from onnx import defs
+from torch import nn
+
+from recurrent_lowering.passes import gate_order
+from recurrent_lowering.passes.spec import DEFAULT_ACTIVATIONS, RELU, CellKind, Direction
+
+from .reader import RecurrentNode
+
+_MODULES = {CellKind.GRU: nn.GRU, CellKind.LSTM: nn.LSTM, CellKind.RNN: nn.RNN}
+_OPS = {"GRU": CellKind.GRU, "LSTM": CellKind.LSTM, "RNN": CellKind.RNN}
+
+# the nodes of the model being converted: first output name -> RecurrentNode
+_NODES: contextvars.ContextVar = contextvars.ContextVar("torch_recurrent_nodes", default=None)
+
+
+def key(outputs) -> str:
+    """How a node is found again after the rewrite: its first named output."""
+    return next(o for o in outputs if o)
+
+
+def expressible(read: RecurrentNode) -> Optional[str]:
+    """None if an nn.GRU/LSTM/RNN computes the node exactly, else the reason it cannot."""
+    spec = read.spec
+    if read.float_dtype != np.float32:
+        return f"{read.float_dtype} (torch's recurrent modules run here in float32)"
+    if read.runtime_weights:
+        return "weights computed at run time"
+    if spec.direction is Direction.REVERSE:
+        return "direction reverse"
+    if spec.clip is not None:
+        return "clip"
+    if spec.cell is CellKind.GRU and not spec.linear_before_reset:
+        return "linear_before_reset=0 (torch's GRU is linear_before_reset=1)"
+    if spec.input_forget:
+        return "input_forget"
+    if any(w.peephole is not None and np.any(w.peephole) for w in read.weights[0]):
+        return "peepholes"
+    for d in range(spec.num_directions):
+        acts = spec.activations_for(d)
+        default = DEFAULT_ACTIVATIONS[spec.cell]
+        if acts != default and not (spec.cell is CellKind.RNN and acts == (RELU,)):
+            return f"activations {[a.name for a in acts]}"
+    if len({spec.activations_for(d) for d in range(spec.num_directions)}) > 1:
+        return "a different activation per direction"
+    lens = read.sequence_lens
+    if lens is not None:
+        if not isinstance(lens, np.ndarray):
+            return "sequence_lens given at run time"
+        if spec.seq_len is None or np.any(lens != spec.seq_len):
+            return "sequence_lens shorter than the sequence"
+    return None
+
+
+class TorchRecurrent(nn.Module):
+    """One ONNX recurrent node as torch's module, with ONNX's tensor layouts at its edges:
+    X [T, B, I] (layout 1: [B, T, I]), Y [T, D, B, H] ([B, T, D, H]), states [D, B, H]
+    ([B, D, H]). Returns one value per ONNX output the node lists, in order (None for
+    unnamed ones); a tuple unless it lists one."""
+
+    def __init__(self, read: RecurrentNode, listed_outputs: int):
+        super().__init__()
+        spec = read.spec
+        self.cell, self.batch_first = spec.cell, spec.layout.batch_first
+        self.directions, self.hidden = spec.num_directions, spec.hidden_size
+        self.outputs = tuple(bool(o) for o in read.outputs[:listed_outputs])
+        self.has_h0, self.has_c0 = read.initial_h is not None, read.initial_c is not None
+        layers = read.weights[0]
+        bias = any(w.b_w is not None or w.b_r is not None for w in layers)
+        kwargs = dict(bidirectional=self.directions == 2, bias=bias)
+        if spec.cell is CellKind.RNN:
+            kwargs["nonlinearity"] = "relu" if spec.activations_for(0) == (RELU,) else "tanh"
+        self.rnn = _MODULES[spec.cell](spec.input_size, spec.hidden_size, **kwargs)
+        with torch.no_grad():
+            for d, weights in enumerate(layers):
+                params = gate_order.to_torch(spec.cell, weights)
+                for name in ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if bias else ()):
+                    value = params.get(name)
+                    if value is None:  # one of B's halves absent: zeros
+                        value = np.zeros(getattr(self.rnn, name + "_l0").shape, np.float32)
+                    target = getattr(self.rnn, name + gate_order.torch_suffix(0, d))
+                    target.copy_(torch.from_numpy(np.asarray(value, np.float32)))
+        self.rnn.eval()
+
+    def forward(self, x, *states):
+        """`states`: the node's initial_h and initial_c, those it has, in that order."""
+        states = list(states)
+        initial_h = states.pop(0) if self.has_h0 else None
+        initial_c = states.pop(0) if self.has_c0 else None
+        if self.batch_first:
+            x = x.transpose(0, 1)
+            initial_h = None if initial_h is None else initial_h.transpose(0, 1)
+            initial_c = None if initial_c is None else initial_c.transpose(0, 1)
+        c = None
+        if self.cell is CellKind.LSTM:
+            state = None
+            if initial_h is not None or initial_c is not None:
+                like = initial_h if initial_h is not None else initial_c
+                state = (
+                    torch.zeros_like(like) if initial_h is None else initial_h,
+                    torch.zeros_like(like) if initial_c is None else initial_c,
+                )
+            y, (h, c) = self.rnn(x, state)
+        else:
+            y, h = self.rnn(x, initial_h)
+        steps, batch = y.shape[0], y.shape[1]
+        y = y.reshape(steps, batch, self.directions, self.hidden).permute(0, 2, 1, 3)
+        if self.batch_first:
+            y = y.permute(2, 0, 1, 3)
+            h = h.transpose(0, 1)
+            c = None if c is None else c.transpose(0, 1)
+        values = (y, h, c)[: len(self.outputs)]
+        values = tuple(v if wanted else None for v, wanted in zip(values, self.outputs))
+        return values if len(values) > 1 else values[0]
+
+
+def _convert(node, graph):
+    from onnx2torch.utils.common import OnnxMapping, OperationConverterResult
+
+    read = (_NODES.get() or {}).get(key(node.output_values))
+    if read is None:  # to_torch refuses other recurrent nodes before converting
+        raise NotImplementedError(f"{node.operation_type} node {node.name!r} was not read")
+    module = TorchRecurrent(read, len(node.output_values))
+    inputs = [i for i in (read.x, read.initial_h, read.initial_c) if i]
+    mapping = OnnxMapping(inputs=tuple(inputs), outputs=tuple(node.output_values))
+    return OperationConverterResult(torch_module=module, onnx_mapping=mapping)
+
+
+def register(registry) -> None:
+    """Our converter for every version of GRU, LSTM and RNN onnx2torch might look up."""
+    for op in _OPS:
+        versions = {
+            defs.get_schema(op, max_inclusive_version=v).since_version
+            for v in range(1, defs.onnx_opset_version() + 1)
+            if _has_schema(op, v)
+        }
+        for version in sorted(versions):
+            try:
+                registry.add_converter(operation_type=op, version=version)(_convert)
+            except ValueError:  # registered already (a second call, or onnx2torch's own)
+                pass
+
+
+def _has_schema(op: str, version: int) -> bool:
+    try:
+        defs.get_schema(op, max_inclusive_version=version)
+        return True
+    except Exception:  # defs.SchemaError: no version of `op` up to `version`
+        return False
+
+
+@contextlib.contextmanager
+def nodes(reads: dict):
+    """Makes `reads` (key -> RecurrentNode) what the converter finds while converting."""
+    token = _NODES.set(reads)
+    try:
+        yield
+    finally:
+        _NODES.reset(token)

@@ -1,0 +1,86 @@
+"""ONNX recurrent nodes that torch's nn.GRU/LSTM/RNN compute exactly become those modules
+in the converted program (and match onnxruntime); the others say why they are rewritten."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from recurrent_lowering.backends.onnx import rewrite, to_torch, torch_recurrent
+from recurrent_lowering.tests.onnx import models
+
+C = models.Config
+EXPRESSIBLE = [
+    C(op="GRU", linear_before_reset=1),
+    C(op="GRU", linear_before_reset=1, direction="bidirectional", initial_h=True, layout=1),
+    C(op="GRU", linear_before_reset=1, outputs=(False, True, False)),
+    C(op="GRU", linear_before_reset=1, sequence_lens="constant"),  # every sequence full
+    C(op="LSTM", initial_h=True, initial_c=True),
+    C(op="LSTM", initial_h=True, direction="bidirectional", outputs=(False, True, True)),
+    C(op="LSTM", initial_c=True, layout=1),
+    C(op="RNN", activations=["Relu"]),
+    C(op="RNN", direction="bidirectional", bias=False),
+]
+NOT_EXPRESSIBLE = [
+    (C(op="GRU"), "linear_before_reset=0 (torch's GRU is linear_before_reset=1)"),
+    (C(op="LSTM", peepholes=True), "peepholes"),
+    (C(op="RNN", direction="reverse"), "direction reverse"),
+    (C(op="GRU", linear_before_reset=1, clip=0.5), "clip"),
+    (C(op="LSTM", input_forget=1), "input_forget"),
+    (C(op="RNN", activations=["Sigmoid"]), "activations ['Sigmoid']"),
+    (C(op="GRU", linear_before_reset=1, sequence_lens="input"), "sequence_lens given at run time"),
+    (C(op="GRU", linear_before_reset=1, dtype=np.float64), "float64 (torch's recurrent"),
+]
+
+
+def _convert(model):
+    """(converted GraphModule, reasons for the nodes rewritten instead)."""
+    recurrent, reasons = {}, {}
+
+    def keep(read):
+        reason = torch_recurrent.expressible(read)
+        if reason is None:
+            recurrent[torch_recurrent.key(read.outputs)] = read
+        else:
+            reasons[read.spec.name] = reason
+        return reason is None
+
+    rewritten = rewrite.rewrite_model(
+        model, strategy="unrolled", require_constant_weights=True, keep=keep
+    )
+    return to_torch.onnx_to_torch(rewritten, recurrent), reasons
+
+
+def _build(cfg):
+    if cfg.sequence_lens == "constant":
+        lens = np.full(cfg.batch, cfg.steps, np.int32)
+        return models.build(cfg, feeds={**models.runtime_inputs(cfg), "sequence_lens": lens})
+    return models.build(cfg)
+
+
+@pytest.mark.parametrize("cfg", EXPRESSIBLE, ids=str)
+def test_expressible_node_becomes_torch_module_and_matches_onnxruntime(cfg):
+    model, feeds = _build(cfg)
+    gm, reasons = _convert(model)
+    assert reasons == {}
+    kinds = [type(m).__name__ for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
+    assert kinds == [cfg.op]
+    native = models.to_layout0(model) if cfg.layout else model
+    want = ort.InferenceSession(native.SerializeToString()).run(None, feeds)
+    names = [name for name, _, _ in to_torch.input_specs(model)]
+    with torch.no_grad():
+        got = gm(*[torch.from_numpy(feeds[n]) for n in names])
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg,reason", NOT_EXPRESSIBLE, ids=[r for _, r in NOT_EXPRESSIBLE])
+def test_other_nodes_are_rewritten_with_the_reason(cfg, reason):
+    model, _ = _build(cfg)
+    gm, reasons = _convert(model)
+    assert len(reasons) == 1 and next(iter(reasons.values())).startswith(reason)
+    assert not [m for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
