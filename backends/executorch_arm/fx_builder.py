@@ -491,7 +491,9 @@ class FxBuilder(Builder):
         return view
 
     def _trace_step(self, body, carried: list, xs: Node) -> GraphModule:
-        """body as a GraphModule (state..., x_t) -> (state'...); y must be the new h."""
+        """body as a GraphModule (state..., x_t) -> (state'...). The scan's result holds
+        each step's h: a step's y must be its new h, or absent (Y unread, e.g. a classifier
+        on h_n only)."""
         module = GraphModule(torch.nn.Module(), Graph())
         graph = module.graph
         inputs = []
@@ -508,8 +510,8 @@ class FxBuilder(Builder):
         )
         new, ys = body(b, inputs[:-1], inputs[-1:])
         new = [b._node(v) for v in new]
-        if len(ys) != 1 or b._node(ys[0]) is not new[0]:
-            raise SpecError("scan", "Y", "the loop form needs each step's output to be its h")
+        if len(ys) > 1 or (ys and b._node(ys[0]) is not new[0]):
+            raise SpecError(self.layer, "Y", "the loop form needs each step's output to be its h")
         graph.output(tuple(new))
         module.recompile()
         return module

@@ -289,3 +289,32 @@ def test_scan_boundaries_and_copies_on_ethos_u85(kind, layers, bidirectional, tm
     ]
     assert boundary == []
     assert flow.check_numerics(result, module, inputs).sqnr_db > 30
+
+
+class _Classifier(torch.nn.Module):
+    """The keyword-spotting shape: a head on h_n, the output sequence unread."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.rnn = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[kind](6, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        state = self.rnn(x)[1]
+        h = state[0] if isinstance(state, tuple) else state
+        return self.head(h[-1])
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_scan_with_only_the_final_state_read(kind, tmp_path):
+    """auto picks the loop form from 9 steps on; a layer whose Y nobody reads was refused
+    there ('the loop form needs each step's output to be its h')."""
+    torch.manual_seed(0)
+    module, inputs = _Classifier(kind).eval(), (torch.randn(1, 12, 6),)
+    looped = decompose.decompose_recurrent(torch.export.export(module, inputs), "scan")
+    assert [n.target for n in _calls(looped)].count(scan_op.OP) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(looped.module()(*inputs), module(*inputs), atol=1e-5, rtol=0)
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="auto")
+    assert result.num_delegates == 1 and result.cpu_nodes <= 2
+    assert flow.check_numerics(result, module, inputs).sqnr_db > 30
