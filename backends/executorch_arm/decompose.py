@@ -329,6 +329,19 @@ def _erase_dead(graph: Graph, nodes: list[Node]) -> None:
             graph.erase_node(n)
 
 
+def _written_in_place(n: Node) -> bool:
+    """Whether an op writes `n` in place (a state buffer's `copy_`, which export leaves in
+    the graph): such a tensor changes between calls, so it is no constant."""
+    for user in n.users:
+        schema = getattr(user.target, "_schema", None)
+        if user.op != "call_function" or schema is None:
+            continue
+        for a, arg in zip(schema.arguments, user.args):
+            if arg is n and a.alias_info is not None and a.alias_info.is_write:
+                return True
+    return False
+
+
 # --- ExportedProgram -------------------------------------------------------------------------
 
 
@@ -336,7 +349,7 @@ def _program_constant_of(ep: ExportedProgram, specs: list) -> ConstantOf:
     sig = ExportGraphSignature(specs, ep.graph_signature.output_specs)
 
     def constant_of(n: Node) -> Optional[torch.Tensor]:
-        if n.op != "placeholder":
+        if n.op != "placeholder" or _written_in_place(n):
             return None
         if n.name in sig.inputs_to_parameters:
             return ep.state_dict[sig.inputs_to_parameters[n.name]]
@@ -424,7 +437,9 @@ def decompose_recurrent(
 
 def _module_constant_of(gm: GraphModule) -> ConstantOf:
     def constant_of(n: Node) -> Optional[torch.Tensor]:
-        if n.op != "get_attr":
+        if n.op != "get_attr" or any(
+            _written_in_place(m) for m in gm.graph.find_nodes(op="get_attr", target=n.target)
+        ):
             return None
         obj = gm
         for part in n.target.split("."):

@@ -226,6 +226,7 @@ def _factories(
     )
 
 
+@torch.no_grad()  # a state buffer written in place would otherwise fail in to_executorch
 def lower(
     module: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],

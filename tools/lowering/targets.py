@@ -58,6 +58,8 @@ Handler = Callable[[ModelSource, Options, Staging, pathlib.Path, dict, Progress]
 
 
 def _lower_aten(source, options, staging, output, report, progress) -> None:
+    import copy
+
     import torch
 
     from recurrent_lowering.backends.executorch_arm import decompose
@@ -78,15 +80,15 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
         inputs = tuple(torch.from_numpy(a).to(dtype) for a, (_, _, dtype) in zip(arrays, specs))
     report["numerics"]["inputs"] = "--calibration" if arrays is not None else "example inputs"
     if inputs is not None:  # the reference comes first: decomposition may reuse the graph
-        with torch.no_grad():
-            expected = source.program.module()(*inputs)
+        with torch.no_grad():  # on a copy: a state buffer written in place must stay as loaded
+            expected = copy.deepcopy(source.program).module()(*inputs)
     with progress.stage("decompose recurrent layers"):
         lowered = decompose.decompose_recurrent(source.program, strategy=strategy)
     with progress.stage("save .pt2"):
         torch.export.save(lowered, str(staging.path_for(output)))
     if inputs is not None:
         with progress.stage("numerics vs input model"), torch.no_grad():
-            actual = lowered.module()(*inputs)
+            actual = copy.deepcopy(lowered).module()(*inputs)
             report["numerics"].update(
                 numerics.compare(expected, actual), reference="input model (torch eager, fp32)"
             )
