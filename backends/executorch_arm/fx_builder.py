@@ -110,7 +110,10 @@ def fake_mode_of(graph: Graph):
 
 
 def _key(t: torch.Tensor, kind: InputKind) -> tuple:
-    data = t.detach().contiguous().numpy().tobytes()
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:  # numpy has no bfloat16: hash its bits
+        t = t.view(torch.int16)
+    data = t.numpy().tobytes()
     return (kind, tuple(t.shape), str(t.dtype), hashlib.sha1(data).hexdigest())
 
 

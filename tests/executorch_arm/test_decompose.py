@@ -249,3 +249,16 @@ def test_state_buffer_written_in_place_is_read_every_call():
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(lowered(x), reference(x), atol=1e-5, rtol=0)
+
+
+def test_bfloat16_program():
+    """numpy has no bfloat16: the builder's constant cache hashed bf16 weights through
+    numpy and failed (TypeError: unsupported ScalarType BFloat16)."""
+    torch.manual_seed(0)
+    module = nn.GRU(3, 4, batch_first=True).to(torch.bfloat16).eval()
+    x = torch.randn(2, 3, 3, dtype=torch.bfloat16)
+    lowered = decompose_recurrent(torch.export.export(module, (x,))).module()
+    with torch.no_grad():
+        for got, want in zip(lowered(x), module(x)):
+            assert got.dtype == torch.bfloat16
+            torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=0)

@@ -3,6 +3,8 @@ every input (in any order), else in the file's order; and they must fit the inpu
 
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
 import torch
@@ -50,3 +52,27 @@ def test_dynamic_dimensions_take_any_size():
     calibration.check("c.npz", [np.zeros((1, 9, 4))], [("x", (1, None, 4))])
     with pytest.raises(LoweringError, match=r"array 0 has shape \[9, 4\]; .* takes \[1, \?, 4\]"):
         calibration.check("c.npz", [np.zeros((9, 4))], [("x", (1, None, 4))])
+
+
+def test_dynamic_dimension_ranges_are_checked():
+    """A .pt2's Dim(min, max): a calibration outside it lowered the model for a size the
+    program does not take (or failed on a guard with a traceback)."""
+    specs = [("x", (1, (2, 8), 4))]
+    calibration.check("c.npz", [np.zeros((1, 5, 4))], specs)
+    with pytest.raises(
+        LoweringError, match=r"has shape \[1, 9, 4\]; model input 'x' takes \[1, 2..8, 4\]"
+    ):
+        calibration.check("c.npz", [np.zeros((1, 9, 4))], specs)
+    calibration.check("c.npz", [np.zeros((1, 500, 4))], [("x", (1, (2, None), 4))])
+
+
+def test_torch_input_specs_read_the_programs_ranges():
+    batch = torch.export.Dim("batch", min=2, max=8)
+    program = torch.export.export(
+        torch.nn.Linear(4, 2), (torch.zeros(3, 4),), dynamic_shapes={"input": {0: batch}}
+    )
+    source = model_source.ModelSource(
+        "m", "torch", pathlib.Path("m.pt2"), program, (torch.zeros(3, 4),)
+    )
+    ((name, shape, dtype),) = calibration.torch_input_specs(source)
+    assert shape == ((2, 8), 4) and dtype == torch.float32

@@ -37,23 +37,53 @@ def load_checked(path, specs: Sequence[tuple]) -> list | None:
     return arrays
 
 
+def _fits(d, g: int) -> bool:
+    """d: a static size, None (any) or (lowest, highest or None) for a dynamic one."""
+    if d is None:
+        return True
+    if isinstance(d, tuple):
+        return d[0] <= g and (d[1] is None or g <= d[1])
+    return d == g
+
+
+def _describe(d) -> str:
+    if d is None:
+        return "?"
+    if isinstance(d, tuple):
+        return f"{d[0]}..{'' if d[1] is None else d[1]}"
+    return str(d)
+
+
 def check(path, arrays: Sequence, specs: Sequence[tuple]) -> None:
-    """`specs`: (input name, shape with None for a dynamic dimension) per model input."""
+    """`specs`: (input name, shape) per model input; a dynamic dimension is None or its
+    (lowest, highest or None) range."""
     names = ", ".join(name for name, _ in specs)
     if len(arrays) != len(specs):
         raise LoweringError(f"{path}: {len(arrays)} arrays for {len(specs)} model inputs ({names})")
     for k, (array, (name, shape)) in enumerate(zip(arrays, specs)):
         got = tuple(array.shape)
-        fits = len(got) == len(shape) and all(d is None or d == g for d, g in zip(shape, got))
+        fits = len(got) == len(shape) and all(_fits(d, g) for d, g in zip(shape, got))
         if not fits:
-            want = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+            want = "[" + ", ".join(_describe(d) for d in shape) + "]"
             raise LoweringError(
                 f"{path}: array {k} has shape {list(got)}; model input '{name}' takes {want}"
             )
 
 
+def _dimension(d, ranges: dict):
+    """A static size, or a dynamic one's (lowest, highest or None) from the program's ranges."""
+    if isinstance(d, int):
+        return d
+    bounds = ranges.get(d.node.expr)
+    if bounds is None:
+        return None
+    upper = bounds.upper
+    return (int(bounds.lower), int(upper) if upper.is_finite else None)
+
+
 def torch_input_specs(source) -> list[tuple]:
-    """(name, shape with None for a dynamic dimension, torch dtype) of a torch model's inputs."""
+    """(name, shape, torch dtype) of a torch model's inputs; a dynamic dimension is its
+    (lowest, highest or None) range, or None when the program has none for it."""
     if source.example_inputs is not None and source.path is None:  # a bundled example
         return [
             (f"input {k}", tuple(t.shape), t.dtype) for k, t in enumerate(source.example_inputs)
@@ -63,7 +93,8 @@ def torch_input_specs(source) -> list[tuple]:
     for node in source.program.graph.nodes:
         if node.op == "placeholder" and node.name in signature.user_inputs:
             value = node.meta["val"]
-            shape = tuple(d if isinstance(d, int) else None for d in value.shape)
+            ranges = source.program.range_constraints
+            shape = tuple(_dimension(d, ranges) for d in value.shape)
             specs.append((node.name, shape, value.dtype))
     return specs
 
@@ -71,7 +102,7 @@ def torch_input_specs(source) -> list[tuple]:
 def dynamic_warning(specs: Sequence[tuple], how: str) -> str | None:
     """The report's warning when dynamic input dimensions get a fixed size (`how`: "set
     to 1"), else None."""
-    dynamic = [spec[0] for spec in specs if any(d is None for d in spec[1])]
+    dynamic = [spec[0] for spec in specs if any(not isinstance(d, int) for d in spec[1])]
     if not dynamic:
         return None
     return (

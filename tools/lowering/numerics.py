@@ -14,7 +14,10 @@ def _flat(outputs: Any) -> list[np.ndarray]:
     if isinstance(outputs, (list, tuple)):
         return [a for o in outputs for a in _flat(o)]
     if hasattr(outputs, "detach"):
-        return [outputs.detach().cpu().numpy()]
+        outputs = outputs.detach().cpu()
+        if outputs.is_floating_point():  # numpy has no bfloat16
+            outputs = outputs.double()
+        return [outputs.numpy()]
     return [np.asarray(outputs)]
 
 
