@@ -82,6 +82,11 @@ def run(argv: list[str]) -> dict:
         system_config=FLAGS.system_config,
         memory_mode=FLAGS.memory_mode,
     )
+    if FLAGS.onnx_activation_defaults != "onnxruntime" and not argv[1].endswith(".onnx"):
+        raise LoweringError(
+            "--onnx_activation_defaults resolves omitted alpha/beta of ONNX recurrent nodes; "
+            f"{argv[1]} is not an .onnx model"
+        )
     if options.tune_for != "portable" and FLAGS.target != "onnx":
         raise LoweringError(
             f"--onnx_tune_for {options.tune_for} shapes a rewritten .onnx for that runtime; "
@@ -118,6 +123,9 @@ def run(argv: list[str]) -> dict:
         path = model_source.resolve_path(str(path))
         if path.is_dir():
             raise LoweringError(f"{path}: is a directory; {flag} names the file to write")
+        existing = next(p for p in path.parents if p.exists())
+        if not existing.is_dir():
+            raise LoweringError(f"{path}: {existing} is a file, not a directory ({flag})")
         if path in seen:
             raise LoweringError(f"{path}: named by both {seen[path]} and {flag}")
         seen[path] = flag

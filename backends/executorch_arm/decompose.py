@@ -85,6 +85,15 @@ def has_recurrent_ops(graph: Graph) -> bool:
     return any(graph.find_nodes(op="call_function", target=t) for t in TARGET_OPS)
 
 
+def recurrent_layers(graph: Graph) -> list[str]:
+    """'module path: op' of each recurrent op in `graph`, in graph order (for reports)."""
+    return [
+        f"{_module_prefix(n) or n.name}: {n.target.__name__}"
+        for n in graph.nodes
+        if n.op == "call_function" and n.target in TARGET_OPS
+    ]
+
+
 # --- reading an op ----------------------------------------------------------------------------
 
 

@@ -59,6 +59,8 @@ def test_user_pt2(tmp_path):
     assert report["output"] == str(tmp_path / "out/lstm_dec.pt2")
     assert report["numerics"]["max_abs_err"] <= 1e-5
     assert report["time"]["total_s"] > 0
+    assert report["ops"]["recurrent_layers"] == ["rnn: lstm.input"]
+    assert report["warnings"] == []
 
 
 @pytest.mark.parametrize("example", ["tiny_gru"])
@@ -131,3 +133,13 @@ def test_state_buffer_written_in_place(tmp_path, target):
         saved = torch.export.load(str(tmp_path / "out.bin"))
         assert not saved.state_dict["h"].any()
         assert _recurrent_ops(saved) == []
+
+
+def test_model_without_recurrent_layers_warns(tmp_path):
+    program = torch.export.export(torch.nn.Linear(3, 2).eval(), (torch.randn(1, 3),))
+    torch.export.save(program, str(tmp_path / "mlp.pt2"))
+    result = run_lower(["mlp.pt2", "--target=aten", "--report=r.json"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["ops"]["recurrent_layers"] == []
+    assert report["warnings"] == ["no recurrent layer in the model: written unchanged"]

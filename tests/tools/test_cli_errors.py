@@ -196,3 +196,32 @@ def test_dynamic_dimensions_fixed_for_an_npu_are_reported(workdir):
     ]
     assert report["numerics"]["inputs"] == "example inputs"
     assert report["numerics"]["max_abs_err"] <= 1e-5
+
+
+def test_output_under_a_regular_file_is_refused_up_front(workdir):
+    (workdir / "afile").write_text("x")
+    args = ["tiny_gru", "--target", "aten", "--output", "o.pt2", "--report", "afile/r.json"]
+    result = run_lower(args, str(workdir))
+    assert result.returncode != 0
+    assert "afile is a file, not a directory (--report)" in _error_line(result)
+    assert sorted(os.listdir(workdir)) == ["afile"]
+
+
+def test_onnx_activation_defaults_refused_for_a_torch_model(workdir):
+    args = ["tiny_gru", "--target", "aten", "--onnx_activation_defaults", "spec"]
+    result = run_lower(args, str(workdir))
+    assert result.returncode != 0
+    assert "tiny_gru is not an .onnx model" in _error_line(result)
+    assert os.listdir(workdir) == []
+
+
+def test_float64_model_refused_for_tosa(workdir):
+    import torch
+
+    gru = torch.nn.GRU(3, 4).double().eval()
+    program = torch.export.export(gru, (torch.randn(5, 1, 3, dtype=torch.float64),))
+    torch.export.save(program, str(workdir / "g.pt2"))
+    result = run_lower(["g.pt2", "--target", "TOSA-1.0+FP", "--output", "o.pte"], str(workdir))
+    assert result.returncode != 0
+    assert "is float64, which TOSA has no type for" in _error_line(result)
+    assert sorted(os.listdir(workdir)) == ["g.pt2"]

@@ -84,6 +84,20 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     return example, [example]
 
 
+def _refuse_float64(source) -> None:
+    """TOSA has no float64: such a model would lower with every op on the CPU, each op's
+    CPU reason blaming the op rather than the dtype."""
+    import torch
+
+    for node in source.program.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "placeholder" and getattr(value, "dtype", None) == torch.float64:
+            raise LoweringError(
+                f"{source.path or source.name}: '{node.name}' is float64, which TOSA has no "
+                "type for; export the model in float32 (model.float())"
+            )
+
+
 def _vela_figures(result, report: dict[str, Any]) -> None:
     summary = result.vela.summary
     report["vela"].update(
@@ -236,6 +250,10 @@ def _lower(source, options, staging, output, report, progress) -> None:
         module, example = onnx.module, onnx.example
         samples = [example]
     elif source.kind == "torch":
+        from recurrent_lowering.backends.executorch_arm import decompose
+
+        report["ops"]["recurrent_layers"] = decompose.recurrent_layers(source.program.graph)
+        _refuse_float64(source)
         module = _module(source)
         example, samples = _inputs(source, options, report)
     else:
@@ -282,6 +300,8 @@ def _lower(source, options, staging, output, report, progress) -> None:
             )
         report["time"]["stages"].update({f"flow.{k}": round(v, 3) for k, v in result.times.items()})
         report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
+        if not result.edge_nodes:
+            report["warnings"].append(f"nothing was delegated to {report['target']}")
         report["ops"]["tosa"] = result.tosa_ops
         _report_cpu_reasons(options, partitioners, result, report)
         if options.tosa_output is not None and result.tosa_files:

@@ -92,6 +92,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
         raise LoweringError(f"{source.path}: {e}") from e
     names = [read.spec.name for read in recurrent.values()]
     report["recurrent_nodes"] = {"as_torch_modules": names, "unrolled": unrolled}
+    report["ops"]["recurrent_layers"] = [*names, *unrolled]
     if unrolled and options.strategy == "scan":
         report["warnings"].append(
             f"--emission loop: {', '.join(unrolled)} rewritten unrolled (no torch module "

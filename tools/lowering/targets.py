@@ -82,6 +82,9 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
     if inputs is not None:  # the reference comes first: decomposition may reuse the graph
         with torch.no_grad():  # on a copy: a state buffer written in place must stay as loaded
             expected = copy.deepcopy(source.program).module()(*inputs)
+    report["ops"]["recurrent_layers"] = decompose.recurrent_layers(source.program.graph)
+    if not report["ops"]["recurrent_layers"]:
+        report["warnings"].append("no recurrent layer in the model: written unchanged")
     with progress.stage("decompose recurrent layers"):
         lowered = decompose.decompose_recurrent(source.program, strategy=strategy)
     with progress.stage("save .pt2"):
