@@ -448,13 +448,21 @@ def _graph_outputs_through_identity(model: onnx.ModelProto, recurrent: dict):
         return model, recurrent
     copy, recurrent = onnx.ModelProto(), dict(recurrent)
     copy.CopyFrom(model)
-    for node in [n for n in copy.graph.node if affected(n)]:
+    nodes = []  # in order: each Identity right after its node, before any other reader
+    for original in model.graph.node:
+        node = onnx.NodeProto()
+        node.CopyFrom(original)
+        nodes.append(node)
+        if not affected(node):
+            continue
         read = recurrent.pop(torch_recurrent.key(node.output))
         for k, name in enumerate(node.output):
             if name in graph_outputs:
                 node.output[k] = f"{name}__node_output"
-                copy.graph.node.append(onnx.helper.make_node("Identity", [node.output[k]], [name]))
+                nodes.append(onnx.helper.make_node("Identity", [node.output[k]], [name]))
         recurrent[torch_recurrent.key(node.output)] = read
+    del copy.graph.node[:]
+    copy.graph.node.extend(nodes)
     return copy, recurrent
 
 

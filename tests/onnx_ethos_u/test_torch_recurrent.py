@@ -84,3 +84,21 @@ def test_other_nodes_are_rewritten_with_the_reason(cfg, reason):
     gm, reasons = _convert(model)
     assert len(reasons) == 1 and next(iter(reasons.values())).startswith(reason)
     assert not [m for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
+
+
+def test_graph_output_read_by_a_later_node():
+    """Y_h is both a graph output and read by a later node: the Identity that carries the
+    graph output must come before that reader (onnx2torch takes nodes in order)."""
+    from onnx import TensorProto, helper
+
+    model, feeds = models.build(C(op="GRU", linear_before_reset=1))
+    graph = model.graph
+    graph.node.append(helper.make_node("Relu", ["Y_h"], ["Y_h_relu"]))
+    graph.output.append(helper.make_tensor_value_info("Y_h_relu", TensorProto.FLOAT, None))
+    gm, reasons = _convert(model)
+    assert reasons == {}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    with torch.no_grad():
+        got = gm(torch.from_numpy(feeds["X"]))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
