@@ -3,6 +3,8 @@ in the converted program (and match onnxruntime); the others say why they are re
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -102,3 +104,16 @@ def test_graph_output_read_by_a_later_node():
         got = gm(torch.from_numpy(feeds["X"]))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
+
+
+def test_streaming_state_pair_is_found_for_sharing():
+    """A streaming node (initial_h in, Y_h out) at layout 0 exports with h0 feeding the
+    recurrent op and h_n leaving it directly: the pair the quantizer gives one scale."""
+    from recurrent_lowering.backends.executorch_arm import recurrent_quantization
+
+    cfg = C(op="GRU", linear_before_reset=1, initial_h=True, steps=1, batch=1)
+    model, feeds = models.build(dataclasses.replace(cfg, outputs=(False, True, False)))
+    gm, _ = _convert(model)
+    names = [name for name, _, _ in to_torch.input_specs(model)]
+    program = torch.export.export(gm, tuple(torch.from_numpy(feeds[n]) for n in names))
+    assert len(recurrent_quantization.state_pairs(program.graph)) == 1
