@@ -71,6 +71,24 @@ def expressible(read: RecurrentNode) -> Optional[str]:
     return None
 
 
+class Selection:
+    """A `keep` for rewrite_model: keeps the nodes a torch module expresses and collects
+    them (`kept`: key -> node as read, for onnx_to_torch), and why the others were not
+    (`rewritten`: node name -> reason)."""
+
+    def __init__(self):
+        self.kept: dict = {}
+        self.rewritten: dict = {}
+
+    def __call__(self, read: RecurrentNode) -> bool:
+        reason = expressible(read)
+        if reason is None:
+            self.kept[key(read.outputs)] = read
+        else:
+            self.rewritten[read.spec.name] = reason
+        return reason is None
+
+
 class TorchRecurrent(nn.Module):
     """One ONNX recurrent node as torch's module, with ONNX's tensor layouts at its edges:
     X [T, B, I] (layout 1: [B, T, I]), Y [T, D, B, H] ([B, T, D, H]), states [D, B, H]

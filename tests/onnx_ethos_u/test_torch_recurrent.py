@@ -39,20 +39,11 @@ NOT_EXPRESSIBLE = [
 
 def _convert(model):
     """(converted GraphModule, reasons for the nodes rewritten instead)."""
-    recurrent, reasons = {}, {}
-
-    def keep(read):
-        reason = torch_recurrent.expressible(read)
-        if reason is None:
-            recurrent[torch_recurrent.key(read.outputs)] = read
-        else:
-            reasons[read.spec.name] = reason
-        return reason is None
-
+    selection = torch_recurrent.Selection()
     rewritten = rewrite.rewrite_model(
-        model, strategy="unrolled", require_constant_weights=True, keep=keep
+        model, strategy="unrolled", require_constant_weights=True, keep=selection
     )
-    return to_torch.onnx_to_torch(rewritten, recurrent), reasons
+    return to_torch.onnx_to_torch(rewritten, selection.kept), selection.rewritten
 
 
 def _build(cfg):

@@ -64,15 +64,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     from recurrent_lowering.tools.lowering import numerics
 
     specs = to_torch.input_specs(source.program)
-    recurrent, unrolled = {}, {}
-
-    def keep(read) -> bool:  # the nodes nn.GRU/LSTM/RNN compute exactly stay for the converter
-        reason = torch_recurrent.expressible(read)
-        if reason is None:
-            recurrent[torch_recurrent.key(read.outputs)] = read
-        else:
-            unrolled[read.spec.name] = reason
-        return reason is None
+    selection = torch_recurrent.Selection()  # what nn.GRU/LSTM/RNN compute stays a node
 
     try:
         model = to_torch.with_static_inputs(
@@ -84,13 +76,14 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
                 strategy="unrolled",
                 activation_defaults=options.activation_defaults,
                 require_constant_weights=True,
-                keep=keep,
+                keep=selection,
             )
         with progress.stage("convert to torch (onnx2torch)"):
-            module = to_torch.onnx_to_torch(rewritten, recurrent)
+            module = to_torch.onnx_to_torch(rewritten, selection.kept)
     except to_torch.ToTorchError as e:
         raise LoweringError(f"{source.path}: {e}") from e
-    names = [read.spec.name for read in recurrent.values()]
+    names = [read.spec.name for read in selection.kept.values()]
+    unrolled = selection.rewritten
     report["recurrent_nodes"] = {"as_torch_modules": names, "unrolled": unrolled}
     report["ops"]["recurrent_layers"] = [*names, *unrolled]
     if unrolled and options.strategy == "scan":
