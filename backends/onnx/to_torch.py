@@ -277,6 +277,8 @@ def _fold_constants(gm: torch.fx.GraphModule, model: onnx.ModelProto) -> int:
 
     with torch.no_grad():
         _Capture(gm).run(*example_inputs(model))
+    if not hasattr(gm, "initializers"):  # pruned: no initializer was read any more
+        gm.add_submodule("initializers", torch.nn.Module())
     initializers = gm.get_submodule("initializers")
     folded = 0
     for node in boundary:

@@ -108,3 +108,24 @@ def test_streaming_state_pair_is_found_for_sharing():
     names = [name for name, _, _ in to_torch.input_specs(model)]
     program = torch.export.export(gm, tuple(torch.from_numpy(feeds[n]) for n in names))
     assert len(recurrent_quantization.state_pairs(program.graph)) == 1
+
+
+@pytest.mark.parametrize("module", [torch.nn.GRU(5, 7), torch.nn.LSTM(5, 7, num_layers=2)])
+def test_plain_torch_onnx_export(module, tmp_path):
+    """torch.onnx.export of a bare layer without h0: its weights all go into the torch
+    module, and the zero-h0 chain (Shape -> ... -> Expand) is folded into an initializer
+    of a model that had no other (an AttributeError before)."""
+    import onnx
+
+    x = torch.randn(6, 2, 5)
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(module.eval(), (x,), str(path), dynamo=False, opset_version=14)
+    model = onnx.load(str(path))
+    gm, reasons = _convert(model)
+    assert reasons == {}
+    want = ort.InferenceSession(str(path)).run(None, {model.graph.input[0].name: x.numpy()})
+    with torch.no_grad():
+        got = gm(x)
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)

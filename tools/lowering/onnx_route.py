@@ -61,6 +61,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     import torch
 
     from recurrent_lowering.backends.onnx import rewrite, to_torch, torch_recurrent
+    from recurrent_lowering.passes import SpecError
     from recurrent_lowering.tools.lowering import numerics
 
     specs = to_torch.input_specs(source.program)
@@ -82,6 +83,11 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             module = to_torch.onnx_to_torch(rewritten, selection.kept)
     except to_torch.ToTorchError as e:
         raise LoweringError(f"{source.path}: {e}") from e
+    except SpecError as e:  # a size set to 1 may be why (e.g. constant lengths beyond T = 1)
+        pinned = calibration_arrays is None and calibration.dynamic_warning(specs, "set to 1")
+        if not pinned:
+            raise
+        raise LoweringError(f"{e} ({pinned})") from e
     names = [read.spec.name for read in selection.kept.values()]
     unrolled = selection.rewritten
     report["recurrent_nodes"] = {"as_torch_modules": names, "unrolled": unrolled}
