@@ -570,15 +570,20 @@ class OnnxBuilder(Builder):
 
     # --- selection ----------------------------------------------------------------------------
     def less(self, a, b):
+        floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
+        if self.opset < 9 and self.elem_type(a) not in floats:  # Less-7 takes floats only
+            a, b = (self.cast(v, TensorProto.FLOAT) for v in (a, b))  # steps, lengths < 2^24
         return self._node(
             "Less", [a, b], TensorProto.BOOL, _broadcast([self.shape(a), self.shape(b)])
         )
 
     def where(self, cond, a, b):
-        if self.opset < 9:
-            raise NotImplementedError("Where needs opset 9")
         shape = _broadcast([self.shape(cond), self.shape(a), self.shape(b)])
-        return self._node("Where", [cond, a, b], self.elem_type(a) or self.elem_type(b), shape)
+        elem = self.elem_type(a) or self.elem_type(b)
+        if self.opset < 9:  # no Where yet: b + cond * (a - b), exact for finite a and b
+            mask = self._node("Cast", [cond], elem, self.shape(cond), to=elem)
+            return self._binary("Add", b, self._binary("Mul", mask, self._binary("Sub", a, b)))
+        return self._node("Where", [cond, a, b], elem, shape)
 
     # --- loops ----------------------------------------------------------------------------------
     def scan(

@@ -143,3 +143,21 @@ def test_clip_before_opset_11(op, opset):
     assert any(n.op_type == "Clip" and not n.input[1:] for n in rewritten.graph.node)
     for g, r in zip(run(rewritten, feeds), run(model, feeds), strict=True):
         assert_close(g, r)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        models.Config(op="GRU", opset=7, sequence_lens="input", direction="bidirectional"),
+        models.Config(op="RNN", opset=8, activations=["ThresholdedRelu"], activation_alpha=[0.1]),
+    ],
+    ids=["runtime-lengths-opset7", "thresholded-relu-opset8"],
+)
+def test_selection_before_opset_9(cfg):
+    """No Where (nor integer Less) before opset 9: the selection is written arithmetically."""
+    model, feeds = models.build(cfg)
+    rewritten = rewrite_model(model, strategy="unrolled")
+    check_rewritten(rewritten)
+    assert not any(n.op_type == "Where" for n in rewritten.graph.node)
+    for g, r in zip(run(rewritten, feeds), numpy_reference(model, feeds), strict=True):
+        assert_close(g, r)
