@@ -26,7 +26,6 @@ covers no ops at all); runtime lengths need less/where, and with a run-time T
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -118,8 +117,11 @@ class _Lens:
         if T is None:  # `positions` needs a value with the run-time T: see `run_time_steps`
             return
         # runtime lengths: one comparison for all steps, [T, B, 1]
-        steps = b.constant(np.arange(T, dtype=np.int64).reshape((T, 1, 1)))
-        self.valid_v = b.less(steps, b.unsqueeze(b.unsqueeze(self.lens, 0), 2))
+        self.valid_v = self._within(b.constant(np.arange(T, dtype=np.int64).reshape((T, 1, 1))))
+
+    def _within(self, steps):
+        """steps [T, 1, 1] < lens: [T, B, 1] booleans."""
+        return self.b.less(steps, self.b.unsqueeze(self.b.unsqueeze(self.lens, 0), 2))
 
     def run_time_steps(self, xs) -> Optional[_Mask]:
         """The mask of every step of a loop whose length T is known only at run time, from
@@ -128,8 +130,7 @@ class _Lens:
             return None
         if self.valid_v is None:  # one comparison for all layers and directions
             b = self.b
-            steps = b.unsqueeze(b.unsqueeze(b.positions(xs), 1), 2)  # [T, 1, 1]
-            self.valid_v = b.less(steps, b.unsqueeze(b.unsqueeze(self.lens, 0), 2))
+            self.valid_v = self._within(b.unsqueeze(b.unsqueeze(b.positions(xs), 1), 2))
         return _Mask(self.valid_v, constant=False, select=True)
 
     def empty_rows_zeroed(self, e: Emitter, s0, sa: int):
@@ -315,7 +316,7 @@ class _Stack:
         (its ops mostly vanish), so the loop always carries real values."""
         b, T = self.b, self.T
         y_first, peeled, first_mask = None, False, None
-        start, end = 0, (T if T is not None else sys.maxsize)  # steps left for the loop
+        start, end = 0, T  # steps left for the loop (T is None: known only at run time)
         if T is None and any(s.is_const(0) for s in state):
             # a run-time length may be 1, and a loop over no steps fails in onnxruntime:
             # no step outside the loop, the zero states take the run-time batch
@@ -324,10 +325,10 @@ class _Stack:
                 e.value(b.zeros_like_rows(x_0, w)) if s.is_const(0) else s
                 for s, w in zip(state, p.state_widths)
             )
-        elif any(s.is_const(0) for s in state):
+        elif any(s.is_const(0) for s in state):  # T is static here
             peeled = True
-            t = (T - 1 if T is not None else -1) if reverse else 0
-            mask = first_mask = self.lens.step(t) if T is not None else None
+            t = T - 1 if reverse else 0
+            mask = first_mask = self.lens.step(t)
             if mask is SKIP:
                 y_first = b.unsqueeze(self._zeros(p.output_size), 0) if want_y else None
                 vals = [
@@ -335,16 +336,16 @@ class _Stack:
                     for s, w in zip(state, p.state_widths)
                 ]
             else:
-                x_t = b.squeeze(b.slice(xp, 0, t, t + 1 if t != -1 else sys.maxsize), 0)
+                x_t = b.squeeze(b.slice(xp, 0, t, t + 1), 0)
                 vals, y_first = _step(e, p, e.value(x_t), state, mask, want_y)
                 if want_y:
                     y_first = b.unsqueeze(y_first, 0)
             state = tuple(e.value(v) for v in vals)
             if reverse:
-                end = T - 1 if T is not None else -1
+                end = T - 1
             else:
                 start = 1
-        if T is not None and end - start <= 0:  # the peeled step was the only one
+        if peeled and end - start <= 0:  # the peeled step was the only one
             final = [b.unsqueeze(e.emit(s), self.sa) for s in state]
             return y_first, final
 
