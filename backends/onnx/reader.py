@@ -32,6 +32,12 @@ from recurrent_lowering.passes.spec import (
 
 RECURRENT_OPS = {"GRU": CellKind.GRU, "LSTM": CellKind.LSTM, "RNN": CellKind.RNN}
 
+
+def is_recurrent(node: onnx.NodeProto) -> bool:
+    """An ONNX-domain GRU, LSTM or RNN node."""
+    return node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx")
+
+
 # Which activations consume an alpha / a beta from activation_alpha / activation_beta.
 USES_ALPHA = {"Affine", "LeakyRelu", "ThresholdedRelu", "ScaledTanh", "HardSigmoid", "Elu"}
 USES_BETA = {"Affine", "ScaledTanh", "HardSigmoid"}
@@ -203,7 +209,7 @@ def read_node(
     type, shape) with a static shape; `require_constant_weights` refuses them instead (for
     routes that need constants, such as conversion to a torch program).
     """
-    if node.op_type not in RECURRENT_OPS or node.domain not in ("", "ai.onnx"):
+    if not is_recurrent(node):
         raise ValueError(f"{node_label(node)}: not an ONNX GRU/LSTM/RNN node")
     if activation_defaults not in ACTIVATION_DEFAULTS:
         raise ValueError(

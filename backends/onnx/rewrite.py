@@ -25,7 +25,7 @@ from recurrent_lowering.passes.spec import SpecError
 
 from .builder import ConstantPool, Names, OnnxBuilder
 from .constants import Scope
-from .reader import RECURRENT_OPS, OnnxReadError, RecurrentNode, read_node
+from .reader import OnnxReadError, RecurrentNode, is_recurrent, read_node
 
 STRATEGIES = ("auto", "unrolled", "scan")
 # "portable": plain ops any runtime or converter takes. "onnxruntime": `auto` picks Scan
@@ -188,7 +188,7 @@ class _Rewriter:
             for sub in _graphs_of(node):
                 self._graph(sub, scope.child(sub))
             replaced = None
-            if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
+            if is_recurrent(node):
                 replaced = self._replace(node, scope)
             if replaced is not None:
                 new_nodes.extend(replaced)
@@ -360,10 +360,6 @@ def rewrite_model(
     return out
 
 
-def _is_recurrent(node: onnx.NodeProto) -> bool:
-    return node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx")
-
-
 def _function_nodes(function: onnx.FunctionProto):
     for node in function.node:
         yield node
@@ -380,7 +376,7 @@ def _inline_functions_with_recurrent_nodes(model: onnx.ModelProto) -> onnx.Model
         for f in model.functions
     }
     chosen = {
-        key for key, f in zip(calls, model.functions) if any(map(_is_recurrent, _function_nodes(f)))
+        key for key, f in zip(calls, model.functions) if any(map(is_recurrent, _function_nodes(f)))
     }
     grown = True
     while grown:
@@ -394,9 +390,9 @@ def _inline_functions_with_recurrent_nodes(model: onnx.ModelProto) -> onnx.Model
 
 def count_recurrent_nodes(model: onnx.ModelProto) -> int:
     """Recurrent nodes in the graph, its subgraphs and the model's local functions."""
-    in_graphs = sum(1 for g in _all_graphs(model.graph) for n in g.node if _is_recurrent(n))
+    in_graphs = sum(1 for g in _all_graphs(model.graph) for n in g.node if is_recurrent(n))
     return in_graphs + sum(
-        1 for f in model.functions for n in _function_nodes(f) if _is_recurrent(n)
+        1 for f in model.functions for n in _function_nodes(f) if is_recurrent(n)
     )
 
 

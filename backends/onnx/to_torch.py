@@ -33,6 +33,7 @@ from torch import nn
 
 from . import torch_recurrent
 from ._torchvision_stub import torchvision_stub
+from .reader import is_recurrent
 
 # (op, version) whose change over the previous version only added element types
 # (float8/int4/bfloat16...) that nothing here produces: the older converter is exact.
@@ -52,7 +53,6 @@ _TYPE_ONLY_VERSIONS = {
     "Softsign": (22,),
 }
 _CONTROL_FLOW = ("Scan", "Loop", "If")
-_RECURRENT = ("GRU", "LSTM", "RNN")
 
 
 class ToTorchError(ValueError):
@@ -420,7 +420,7 @@ def _gemm_to_linear(gm: torch.fx.GraphModule, node) -> int:
 def _check_convertible(model: onnx.ModelProto, recurrent: dict) -> None:
     for node in model.graph.node:
         label = f"node {node.name or node.output[0]!r} ({node.op_type})"
-        if node.op_type in _RECURRENT and node.domain in ("", "ai.onnx"):
+        if is_recurrent(node):
             if torch_recurrent.key(node.output) in recurrent:
                 continue
             raise ToTorchError(
@@ -440,7 +440,7 @@ def _graph_outputs_through_identity(model: onnx.ModelProto, recurrent: dict):
 
     def affected(node) -> bool:
         return (
-            node.op_type in _RECURRENT
+            is_recurrent(node)
             and torch_recurrent.key(node.output) in recurrent
             and len(node.output) > 1
             and bool(graph_outputs & set(node.output))

@@ -24,10 +24,9 @@ from torch import nn
 from recurrent_lowering.passes import gate_order
 from recurrent_lowering.passes.spec import DEFAULT_ACTIVATIONS, RELU, CellKind, Direction
 
-from .reader import RecurrentNode
+from .reader import RECURRENT_OPS, RecurrentNode
 
 _MODULES = {CellKind.GRU: nn.GRU, CellKind.LSTM: nn.LSTM, CellKind.RNN: nn.RNN}
-_OPS = {"GRU": CellKind.GRU, "LSTM": CellKind.LSTM, "RNN": CellKind.RNN}
 
 # the nodes of the model being converted: first output name -> RecurrentNode
 _NODES: contextvars.ContextVar = contextvars.ContextVar("torch_recurrent_nodes", default=None)
@@ -165,7 +164,7 @@ def _convert(node, graph):
 
 def register(registry) -> None:
     """Our converter for every version of GRU, LSTM and RNN onnx2torch might look up."""
-    for op in _OPS:
+    for op in RECURRENT_OPS:
         versions = {
             defs.get_schema(op, max_inclusive_version=v).since_version
             for v in range(1, defs.onnx_opset_version() + 1)
