@@ -29,12 +29,14 @@ def _npu_model_impl(ctx):
     name = ctx.label.name
     artifact = ctx.actions.declare_file(name + _EXTENSIONS.get(target, ".pte"))
     report = ctx.actions.declare_file(name + ".report.json")
-    outputs = [artifact, report]
+    log = ctx.actions.declare_file(name + ".log")
+    outputs = [artifact, report, log]
     args = ctx.actions.args()
     args.add(ctx.file.model.path)
     args.add("--target", target)
     args.add("--output", artifact.path)
     args.add("--report", report.path)
+    args.add("--log", log.path)
     if target not in ("aten", "onnx"):
         tosa = ctx.actions.declare_file(name + ".tosa")
         outputs.append(tosa)
