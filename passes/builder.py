@@ -14,11 +14,11 @@ them to its graph's float dtype.
 from __future__ import annotations
 
 import abc
-import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .roles import WeightRole
 from .spec import Activation
 
 Value = Any
@@ -43,19 +43,6 @@ def is_constant(v) -> bool:
     return isinstance(v, np.ndarray) and not isinstance(v, RuntimeArray)
 
 
-# `linear` weight names the core gives: "l0_fwd_W" / "l0_W" (the input projection, hoisted:
-# once per sequence), "l0_fwd_R", "l0_fwd_R_rz", ... (recurrent weights) and "l0_fwd_proj"
-# (an LSTM's output projection), which every timestep reads.
-_PER_STEP_WEIGHT = re.compile(r"l\d+_(fwd|rev)_(R(_[a-z]+)?|proj)")
-
-
-def reads_every_step(weight_name: str) -> bool:
-    """Whether a `linear`'s weight (by the name the core gave it) is read at every timestep.
-    Builders may treat these apart, e.g. store them with fewer bits: on an NPU that streams
-    weights from flash, their reads bound the recurrence."""
-    return _PER_STEP_WEIGHT.fullmatch(weight_name) is not None
-
-
 class Builder(abc.ABC):
     capabilities: frozenset = frozenset()
 
@@ -64,36 +51,20 @@ class Builder(abc.ABC):
     #: builder must set it; float32 unless the graph says otherwise.
     dtype: np.dtype = np.dtype(np.float32)
 
-    #: False: one recurrent product per step for all gates (NPUs stream each product's
-    #: weights; fewer, larger products). True: one per activation group (GRU [r|z] and
-    #: n with linear_before_reset, LSTM [i|f|o] and g), each followed directly by its
-    #: activation: onnxruntime fuses a Gemm with the activation after it, so there two
-    #: products cost less than one product and a split.
-    split_recurrent_product: bool = False
-
-    #: False: one input projection per layer for both directions, sliced per direction (one
-    #: larger GEMM; the slice is a view on CPUs). True: one projection per direction: an NPU
-    #: compiler copies a column slice (Vela: 6,832 cycles per direction of bigru2 on U85).
-    split_direction_projections: bool = False
-
     # --- constants and linear algebra -------------------------------------------------
     @abc.abstractmethod
     def constant(self, array: np.ndarray, name: str = "") -> Value:
         """A constant tensor; float arrays are cast to the graph's float dtype."""
 
     @abc.abstractmethod
-    def linear(self, x: Value, weight, bias=None, name: str = "") -> Value:
+    def linear(self, x: Value, weight, bias=None, role: Optional[WeightRole] = None) -> Value:
         """x @ weight.T (+ bias) over the last axis; weight is [out, in], bias [out].
 
         weight and bias are numpy constants, or builder values when the model feeds its
-        weights at run time (a builder that cannot take those raises SpecError). `name`
-        is a hint such as "l0_fwd_R" or "l0_W" (layer, direction, which weight) for
-        naming parameters or initializers; builders may ignore it.
+        weights at run time (a builder that cannot take those raises SpecError). `role`
+        says what the weight is for (roles.WeightRole: which layer and direction, read once
+        or at every step); builders name parameters after it and may treat roles apart.
         """
-
-    @abc.abstractmethod
-    def matmul(self, a: Value, b: Value) -> Value:
-        """a @ b for two values (batched over leading axes, numpy semantics)."""
 
     # --- elementwise (numpy broadcasting) ---------------------------------------------
     @abc.abstractmethod
@@ -186,21 +157,23 @@ class Builder(abc.ABC):
         raise NotImplementedError(POSITIONS)
 
     # --- optional: loops (capability SCAN) ---------------------------------------------------
-    def scan(
+    def loop(
         self,
-        body: Callable[["Builder", list, list], tuple[list, list]],
+        body,
         carried: Sequence[Value],
         xs: Sequence[Value],
-        reverse: bool = False,
-        initial_in_ys: bool = False,
+        reverse: bool,
+        initial_in_ys: bool,
+        outer: dict,
+        used: Optional[frozenset] = None,
     ) -> tuple[list, list]:
-        """Loop over axis 0 of every value in `xs` (lax.scan / ONNX Scan semantics).
-
-        body(builder, carried, x_slices) -> (new_carried, y_slices), where `builder`
-        emits into the loop body. Returns (final_carried, ys stacked on axis 0, in
-        time order even when reverse=True). With `initial_in_ys` (capability
-        SCAN_WITH_INITIAL; one y, which is the new carried[0]) ys also hold the initial
-        carried[0], first in time order (last when reverse): a step peeled off before the
-        loop then needs no concatenation after it.
-        """
+        """A loop over axis 0 of every value in `xs` (lax.scan / ONNX Scan semantics), whose
+        body is a `graph.Body` (program data): the builder makes an inner builder for it and
+        writes it with `translate.translate_body(body, inner, leaves, outer)`, `outer`
+        giving the values of the enclosing program's nodes the body reads. Returns
+        (final carried, per-step outputs stacked on axis 0, in time order even when
+        reverse). With `initial_in_ys` (capability SCAN_WITH_INITIAL; one y, which is the
+        new carried[0]) the ys also hold the initial carried[0], first in time order (last
+        when reverse). `used`: indices of the results (carried, then ys) the program
+        reads; a builder need not compute the others."""
         raise NotImplementedError(SCAN)

@@ -1,11 +1,13 @@
 """The three cells, one timestep each, as their equations (ONNX semantics, PyTorch's projection).
 
 A cell receives `x`, this step's slice of the hoisted input projection (x W^T with every
-bias that can be folded already in it), and the previous state as `Expr`s (ZERO when known
-to be zero), and returns the new state; its first element is the step's output.
+bias that can be folded already in it), and the previous state as graph `Node`s (ZERO when
+known to be zero), and returns the new state; its first element is the step's output.
+Each step has one recurrent product for all gates (two for GRU linear_before_reset=0);
+`passes.tunings.split_products` splits it per activation group where a target wants that.
 `prepare` arranges one (layer, direction)'s `LayerWeights` for its cell: internal gate
 order, folded biases. Everything framework-specific happened before (gate_order.py); the
-time loop, directions and layers come after (sequence.py).
+layers and directions come after (program.py), time after that (unroll.py, loop.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from . import weights as wa
-from .emitter import Emitter, Expr
+from .graph import Graph, Node
+from .roles import WeightKind, WeightRole
 from .spec import Activation, CellKind, Direction, LayerWeights, RecurrentSpec
 
 
@@ -30,24 +33,24 @@ class CellParams:
     clip: Optional[float]
     linear_before_reset: bool
     input_forget: bool
-    label: str  # "l0_fwd": names weights ("l0_fwd_R") for the builder
+    layer: int
+    direction: str  # "fwd" | "rev"
     out_size: int  # width of h: proj_size or hidden_size
     # Weights: numpy constants, or runtime (weights.Lazy until the sequence materializes
     # them into builder values, before any step is emitted).
     w_in: Any  # [G*H, I] hoisted input projection
     b_in: Any  # [G*H] every bias that folds into it, or None
     r: Any  # [G*H, O] recurrent weights (GRU lbr=0: only r, z rows)
-    r_n: Any = None  # GRU: n rows of R (lbr=0: applied to r * h; lbr=1: split_product)
-    r_g: Any = None  # LSTM split_product: g rows of R (r holds i, f, o)
-    b_rec: Any = None  # recurrent bias that cannot fold (GRU lbr=1: Rb_n, [3H] or [H] split)
+    r_n: Any = None  # GRU lbr=0: n rows of R, applied to r * h
+    b_rec: Any = None  # recurrent bias that cannot fold (GRU lbr=1: [0, 0, Rb_n])
     p_if: Any = None  # LSTM peepholes of i, f (just i with input_forget)
     p_o: Any = None
     proj: Any = None  # LSTM projection [P, H]
-    # One recurrent product per activation group instead of one for all gates (see
-    # Builder.split_recurrent_product).
-    split_product: bool = False
 
-    def clip_(self, e: Emitter, v: Expr) -> Expr:
+    def role(self, kind: WeightKind = WeightKind.RECURRENT) -> WeightRole:
+        return WeightRole(kind, self.layer, self.direction)
+
+    def clip_(self, e: Graph, v: Node) -> Node:
         """ONNX clip: bound a gate's pre-activation to [-clip, clip]."""
         return v if self.clip is None else e.clamp(v, -self.clip, self.clip)
 
@@ -68,7 +71,7 @@ class CellParams:
         return (self.output_size,)
 
 
-def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
+def gru(e: Graph, x: Node, state: tuple, p: CellParams) -> tuple:
     """GRU, gates (r, z, n); x holds x W^T + Wb + every Rb that folds.
 
     r = f(x_r + h R_r^T)                z = f(x_z + h R_z^T)
@@ -78,28 +81,23 @@ def gru(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     """
     (h,) = state
     H, (f, g) = p.hidden_size, p.activations
-    if p.linear_before_reset and p.split_product:  # two products: [r|z] and n
-        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + e.linear(h, p.r, name=p.label + "_R_rz")))
-        r, z = rz[..., :H], rz[..., H : 2 * H]
-        hr_n = e.linear(h, p.r_n, p.b_rec, p.label + "_R_n")
-        n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + r * hr_n))
-    elif p.linear_before_reset:
-        hr = e.linear(h, p.r, p.b_rec, p.label + "_R")  # one recurrent matmul for all three gates
+    if p.linear_before_reset:
+        hr = e.linear(h, p.r, p.b_rec, p.role())  # one recurrent matmul for all three gates
         # r, z share f: one activation. Slicing x and hr (not their sum) leaves x's slices to
         # the sequence (once, not per step) and hr's two slices are one split of hr.
         rz = e.act(f, p.clip_(e, x[..., : 2 * H] + hr[..., : 2 * H]))
         r, z = rz[..., :H], rz[..., H : 2 * H]
         n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + r * hr[..., 2 * H : 3 * H]))
     else:
-        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + e.linear(h, p.r, name=p.label + "_R_rz")))
+        role_rz = p.role().sliced(0, 2 * H)
+        rz = e.act(f, p.clip_(e, x[..., : 2 * H] + e.linear(h, p.r, role=role_rz)))
         r, z = rz[..., :H], rz[..., H : 2 * H]
-        n = e.act(
-            g, p.clip_(e, x[..., 2 * H : 3 * H] + e.linear(r * h, p.r_n, name=p.label + "_R_n"))
-        )
+        role_n = p.role().sliced(2 * H, 3 * H)
+        n = e.act(g, p.clip_(e, x[..., 2 * H : 3 * H] + e.linear(r * h, p.r_n, role=role_n)))
     return (n + z * (h - n),)
 
 
-def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
+def lstm(e: Graph, x: Node, state: tuple, p: CellParams) -> tuple:
     """LSTM, internal gates (i, f, o, g), or (i, o, g) with input_forget; x holds x W^T + Wb + Rb.
 
     i = f(x_i + h R_i^T + p_i * c)      f = f(x_f + h R_f^T + p_f * c)   (input_forget: f = 1 - i)
@@ -111,14 +109,11 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
     h, c = state
     H, (act_f, act_g, act_h) = p.hidden_size, p.activations
     k = 1 if p.input_forget else 2  # gates before o: (i) or (i, f)
-    if p.split_product:  # [i|f|o] and g: one product per activation
-        pre = x[..., : (k + 1) * H] + e.linear(h, p.r, name=p.label + "_R_ifo")
-        pre_g = x[..., (k + 1) * H : (k + 2) * H] + e.linear(h, p.r_g, name=p.label + "_R_g")
-    else:  # one recurrent matmul for all gates, added per activation group (as the GRU's):
-        # each sum is read by its activation alone, which an NPU fuses into the add
-        hr = e.linear(h, p.r, name=p.label + "_R")
-        pre = x[..., : (k + 1) * H] + hr[..., : (k + 1) * H]
-        pre_g = x[..., (k + 1) * H : (k + 2) * H] + hr[..., (k + 1) * H : (k + 2) * H]
+    # one recurrent matmul for all gates, added per activation group (as the GRU's): each
+    # sum is read by its activation alone, which an NPU fuses into the add
+    hr = e.linear(h, p.r, role=p.role())
+    pre = x[..., : (k + 1) * H] + hr[..., : (k + 1) * H]
+    pre_g = x[..., (k + 1) * H : (k + 2) * H] + hr[..., (k + 1) * H : (k + 2) * H]
     if p.p_o is None:  # no peepholes: i, f, o share one activation
         gates = e.act(act_f, p.clip_(e, pre))
     else:  # i, f see c, o sees c': two activations
@@ -136,21 +131,21 @@ def lstm(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
         o = e.act(act_f, p.clip_(e, pre[..., k * H : (k + 1) * H] + p.p_o * c_new))
     h_new = o * e.act(act_h, c_new)
     if p.proj is not None:
-        h_new = e.linear(h_new, p.proj, name=p.label + "_proj")
+        h_new = e.linear(h_new, p.proj, role=p.role(WeightKind.PROJECTION))
     return h_new, c_new
 
 
-def rnn(e: Emitter, x: Expr, state: tuple, p: CellParams) -> tuple:
+def rnn(e: Graph, x: Node, state: tuple, p: CellParams) -> tuple:
     """Elman RNN; x holds x W^T + Wb + Rb.
 
     h' = f(x + h R^T)
     """
     (h,) = state
     (f,) = p.activations
-    return (e.act(f, p.clip_(e, x + e.linear(h, p.r, name=p.label + "_R"))),)
+    return (e.act(f, p.clip_(e, x + e.linear(h, p.r, role=p.role()))),)
 
 
-STEP: dict[CellKind, Callable[[Emitter, Expr, tuple, CellParams], tuple]] = {
+STEP: dict[CellKind, Callable[[Graph, Node, tuple, CellParams], tuple]] = {
     CellKind.GRU: gru,
     CellKind.LSTM: lstm,
     CellKind.RNN: rnn,
@@ -161,16 +156,12 @@ STEP: dict[CellKind, Callable[[Emitter, Expr, tuple, CellParams], tuple]] = {
 
 
 def prepare(
-    spec: RecurrentSpec,
-    lw: LayerWeights,
-    direction_index: int,
-    layer: int = 0,
-    split_product: bool = False,
+    spec: RecurrentSpec, lw: LayerWeights, direction_index: int, layer: int = 0
 ) -> CellParams:
     """Arrange one (layer, direction) for its cell: internal gate order, folded biases.
 
     Through the weight algebra (`weights`): constants fold in numpy, runtime weights become
-    lazy expressions the sequence materializes once.
+    lazy expressions the program materializes once.
     """
     H, G, out = spec.hidden_size, spec.cell.num_gates, spec.output_size
     lw = LayerWeights(  # opaque runtime values get their canonical shapes
@@ -189,7 +180,8 @@ def prepare(
         clip=spec.clip,
         linear_before_reset=spec.linear_before_reset,
         input_forget=spec.input_forget,
-        label=f"l{layer}_{direction}",
+        layer=layer,
+        direction=direction,
         out_size=out,
     )
     if spec.cell is CellKind.GRU:
@@ -201,16 +193,6 @@ def prepare(
                 folded = wa.concat([wa.rows(b_r, 0, 2 * H), wa.zeros(H, b_r)])
                 keep = wa.concat([wa.zeros(2 * H, b_r), wa.rows(b_r, 2 * H, 3 * H)])
             b_in = wa.nonzero(wa.add(lw.b_w, folded))
-            if split_product:
-                return CellParams(
-                    **common,
-                    w_in=lw.w,
-                    b_in=b_in,
-                    r=_own(wa.rows(lw.r, 0, 2 * H)),
-                    r_n=_own(wa.rows(lw.r, 2 * H, 3 * H)),
-                    b_rec=None if b_r is None else wa.nonzero(_own(wa.rows(b_r, 2 * H, 3 * H))),
-                    split_product=True,
-                )
             return CellParams(**common, w_in=lw.w, b_in=b_in, r=lw.r, b_rec=wa.nonzero(keep))
         return CellParams(  # (r * h) R_n^T + Rb_n: Rb_n folds too
             **common,
@@ -227,23 +209,14 @@ def prepare(
         if peep is not None:
             p_if = wa.concat([wa.take(peep, k) for k in ((0,) if spec.input_forget else (0, 1))])
             p_o = _own(wa.take(peep, 2))
-        r = wa.blocks(lw.r, 4, order)
-        r_g = None
-        if split_product:  # rows of [i|f|o] and of g
-            r, r_g = (
-                wa.rows(r, 0, (len(order) - 1) * H),
-                wa.rows(r, (len(order) - 1) * H, len(order) * H),
-            )
         return CellParams(
             **common,
             w_in=_own(wa.blocks(lw.w, 4, order)),
             b_in=wa.nonzero(wa.blocks(wa.add(lw.b_w, lw.b_r), 4, order)),
-            r=_own(r),
-            r_g=_own(r_g),
+            r=_own(wa.blocks(lw.r, 4, order)),
             p_if=_own(p_if),
             p_o=p_o,
             proj=lw.proj,
-            split_product=split_product,
         )
     return CellParams(**common, w_in=lw.w, b_in=wa.nonzero(wa.add(lw.b_w, lw.b_r)), r=lw.r)
 

@@ -30,7 +30,7 @@ class NumpyBuilder(Builder):
     def constant(self, array, name=""):
         return self._f(array)
 
-    def linear(self, x, weight, bias=None, name=""):
+    def linear(self, x, weight, bias=None, role=None):
         y = x @ self._f(weight).T  # constant or runtime weight alike
         return y if bias is None else y + self._f(bias)
 
@@ -101,17 +101,25 @@ class NumpyBuilder(Builder):
     def where(self, cond, a, b):
         return np.where(cond, a, b).astype(self.dtype)
 
-    def scan(self, body, carried, xs, reverse=False):
+    def loop(self, body, carried, xs, reverse, initial_in_ys, outer, used=None):
+        from .translate import translate_body
+
         carried = list(carried)
+        initial = carried[0]
         steps = range(xs[0].shape[0])
         ys = []
         for t in reversed(steps) if reverse else steps:
-            carried, y = body(self, carried, [x[t] for x in xs])
-            carried = list(carried)
+            leaves = [*carried, *(x[t].view(RuntimeArray) for x in xs)]
+            carried, y = translate_body(body, self, leaves, outer)
             ys.append(y)
-        if not ys:  # zero iterations: trace the body once on zeros for the outputs' shapes
-            _, y = body(self, list(carried), [np.zeros(x.shape[1:], x.dtype) for x in xs])
+        if not ys:  # zero iterations: the body once on zeros for the outputs' shapes
+            zeros = [np.zeros(x.shape[1:], x.dtype).view(RuntimeArray) for x in xs]
+            _, y = translate_body(body, self, [*carried, *zeros], outer)
             return carried, [np.zeros((0,) + np.shape(v), self.dtype) for v in y]
         if reverse:
             ys.reverse()
-        return carried, [np.stack([y[k] for y in ys]) for k in range(len(ys[0]))]
+        stacked = [np.stack([y[k] for y in ys]) for k in range(len(ys[0]))]
+        if initial_in_ys:  # the initial h is a row of Y too: first in time order
+            parts = [stacked[0], initial[None]] if reverse else [initial[None], stacked[0]]
+            stacked[0] = np.concatenate(parts)
+        return carried, stacked

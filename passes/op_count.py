@@ -33,7 +33,7 @@ class CountingBuilder(Builder):
         self.dtype = np.dtype(dtype)
         self.ops: list[str] = []
         self.linears: list = []  # weight shapes of every linear, in order (None: runtime)
-        self.names: list[str] = []  # the weight-name hint of every linear, in order
+        self.roles: list = []  # the WeightRole of every linear, in order
         self.bodies: list["CountingBuilder"] = []
 
     def _op(self, name: str) -> _Token:
@@ -50,10 +50,10 @@ class CountingBuilder(Builder):
     def constant(self, array, name=""):
         return self._op(CONSTANT)
 
-    def linear(self, x, weight, bias=None, name=""):
+    def linear(self, x, weight, bias=None, role=None):
         shape = getattr(weight, "shape", None)  # None: a runtime weight (a token)
         self.linears.append(tuple(shape) if shape is not None else None)
-        self.names.append(name)
+        self.roles.append(role)
         return self._op("linear")
 
     def matmul(self, a, b):
@@ -121,9 +121,12 @@ class CountingBuilder(Builder):
     def where(self, cond, a, b):
         return self._op("where")
 
-    def scan(self, body, carried, xs, reverse=False):
+    def loop(self, body, carried, xs, reverse, initial_in_ys, outer, used=None):
+        from .translate import translate_body
+
         inner = CountingBuilder(self.capabilities, self.dtype)
         self.bodies.append(inner)
-        new_carried, ys = body(inner, list(carried), [_Token("x") for _ in xs])
+        leaves = [*carried, *(_Token("x") for _ in xs)]
+        new_carried, ys = translate_body(body, inner, leaves, outer)
         self._op("scan")
         return [_Token("carried") for _ in new_carried], [_Token("ys") for _ in ys]

@@ -9,7 +9,7 @@ from . import weights as wa
 from .builder import POSITIONS, SCAN, SELECT, Builder, is_constant
 from .spec import CellKind, LayerWeights, RecurrentSpec, SpecError
 
-STRATEGIES = ("unrolled", "scan")
+STRATEGIES = ("unrolled", "loop")
 
 
 def validate(
@@ -83,7 +83,7 @@ def validate(
         fail("strategy", f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     if strategy == "unrolled" and spec.seq_len is None:
         fail("seq_len", "unrolled emission needs a static sequence length")
-    if strategy == "scan" and SCAN not in builder.capabilities:
+    if strategy == "loop" and SCAN not in builder.capabilities:
         fail("strategy", "loop emission needs scan, which this builder lacks")
     if sequence_lens is not None:
         if is_constant(sequence_lens):
@@ -99,7 +99,7 @@ def validate(
                 fail(
                     "sequence_lens", f"lengths must lie in [0, {spec.seq_len}], got {lens.tolist()}"
                 )
-        run_time_loop = strategy == "scan" and spec.seq_len is None  # compared at run time
+        run_time_loop = strategy == "loop" and spec.seq_len is None  # compared at run time
         if (run_time_loop or not is_constant(sequence_lens)) and SELECT not in builder.capabilities:
             fail(
                 "sequence_lens",

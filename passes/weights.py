@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .builder import Builder, Value, is_constant
+from .builder import Value, is_constant
 
 
 class Lazy:
@@ -188,9 +188,10 @@ def _offsets(parts) -> list:
 # --- emission -------------------------------------------------------------------------------
 
 
-def materialize(builder: Builder, w, cache: dict, name: str = ""):
-    """w as something the builder takes: numpy constants unchanged, a Lazy written through
-    the builder's slice/concat/add (each expression once per cache)."""
+def materialize(g, w, cache: dict, name: str = ""):
+    """w as the program takes it: numpy constants unchanged, a Lazy as nodes of the graph
+    `g` (slice/concat/add; each expression once per cache; its runtime leaves become
+    `external` nodes). `name` is kept for messages."""
     if not isinstance(w, Lazy):
         return w
     got = cache.get(id(w))
@@ -198,24 +199,22 @@ def materialize(builder: Builder, w, cache: dict, name: str = ""):
         return got[1]
 
     def arg(a):
-        if isinstance(a, Lazy):
-            return materialize(builder, a, cache, name)
-        return builder.constant(np.asarray(a), name)
+        return materialize(g, a, cache, name) if isinstance(a, Lazy) else g.const(np.asarray(a))
 
-    b, op = builder, w.op
+    op = w.op
     if op == "value":
-        v = w.attrs[0]
+        v = g.external(w.attrs[0], w.shape)
     elif op == "take":
         (i,) = w.attrs
-        v = b.squeeze(b.slice(arg(w.args[0]), 0, i, i + 1), 0)
+        v = g.squeeze(g.slice(arg(w.args[0]), 0, i, i + 1), 0)
     elif op == "rows":
-        v = b.slice(arg(w.args[0]), 0, *w.attrs)
+        v = g.slice(arg(w.args[0]), 0, *w.attrs)
     elif op == "concat":
-        v = b.concat([arg(p) for p in w.args], 0)
+        v = g.concat([arg(p) for p in w.args], 0)
     elif op == "stack":
-        v = b.concat([b.unsqueeze(arg(p), 0) for p in w.args], 0)
+        v = g.concat([g.unsqueeze(arg(p), 0) for p in w.args], 0)
     elif op == "add":
-        v = b.add(arg(w.args[0]), arg(w.args[1]))
+        v = g.add(arg(w.args[0]), arg(w.args[1]))
     else:
         raise AssertionError(op)
     cache[id(w)] = (w, v)  # keeps w alive, so its id stays unique while cached

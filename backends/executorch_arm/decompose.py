@@ -37,6 +37,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from recurrent_lowering import passes
 from recurrent_lowering.passes import gate_order
+from recurrent_lowering.passes.plan import Plan
 from recurrent_lowering.passes.spec import (
     RELU,
     CellKind,
@@ -287,6 +288,13 @@ def resolve_strategy(strategy: str, spec) -> str:
     return "unrolled" if spec.seq_len is not None and steps <= AUTO_UNROLL_MAX_STEPS else "scan"
 
 
+def arm_plan(strategy: str) -> Plan:
+    """How the Arm flow writes recurrent layers: one input projection per direction (Vela
+    copies a column slice of a shared one), and a loop's initial h in its ys (one copy
+    less per step on Ethos-U)."""
+    return Plan(strategy=strategy, split_projections=True, loop_initial_in_ys=True)
+
+
 def _replace(
     graph: Graph,
     node: Node,
@@ -306,10 +314,11 @@ def _replace(
     with graph.inserting_before(node):
         if is_cell:  # one step of a sequence: [B, I] -> [1, B, I], states [1, B, H]
             x, h0, c0 = (None if v is None else b.unsqueeze(v, 0) for v in (x, h0, c0))
+        plan = arm_plan({"scan": "loop"}.get(strategy, strategy))
         if is_cell:
-            out = passes.emit_step(b, spec, weights, x, h0, c0)
+            out = passes.emit_step(b, spec, weights, x, h0, c0, plan=plan)
         else:
-            out = passes.emit(b, spec, weights, x, h0, c0, strategy=strategy)
+            out = passes.emit(b, spec, weights, x, h0, c0, plan=plan)
         results = {0: out.y, 1: out.h, 2: out.c}
         if is_cell:
             results = {0: out.h, 1: out.c} if spec.cell is CellKind.LSTM else {0: out.h}
@@ -321,7 +330,6 @@ def _replace(
             if u.users:
                 u.replace_all_uses_with(results[u.args[1]])
             graph.erase_node(u)
-    b.drop_unread_final_c()
     args = [a for a in node.all_input_nodes]
     graph.erase_node(node)
     _erase_dead(graph, args)

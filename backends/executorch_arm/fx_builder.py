@@ -53,9 +53,9 @@ from recurrent_lowering.passes.builder import (
     SELECT,
     Builder,
     is_constant,
-    reads_every_step,
 )
 from recurrent_lowering.passes.spec import SpecError
+from recurrent_lowering.passes.translate import translate_body
 
 aten = torch.ops.aten
 
@@ -69,7 +69,7 @@ PROVENANCE_KEYS = (
     "fwd_nn_module_stack",
     DISALLOW_TFA_META_KEY,  # the Arm quantizer's "leave this node in float" mark
 )
-# Meta key on the weight node of a product every timestep reads (Builder.reads_every_step).
+# Meta key on the weight node of a product every timestep reads (WeightRole.per_step).
 PER_STEP_WEIGHT = "recurrent_lowering_per_step_weight"
 
 
@@ -224,7 +224,6 @@ class FxBuilder(Builder):
     """Emits ATen call_function nodes at the graph's current insertion point."""
 
     capabilities = frozenset({SELECT, SCAN, SCAN_WITH_INITIAL})
-    split_direction_projections = True  # Vela copies a column slice of a shared projection
 
     def __init__(
         self,
@@ -245,7 +244,6 @@ class FxBuilder(Builder):
             self.meta = {k: meta_from.meta[k] for k in PROVENANCE_KEYS if k in meta_from.meta}
         self.nodes: list[Node] = []  # every call_function emitted, in order
         self._n_weights = 0
-        self._final_c: list = []  # (scan node, its Y slice, c_n slice, c_n) per LSTM scan
 
     # --- plumbing -----------------------------------------------------------------------
     def call(self, target, *args, **kwargs) -> Node:
@@ -281,20 +279,19 @@ class FxBuilder(Builder):
             return Scalar(float(a))
         return self.sink.get(self._tensor(a), name or "const", InputKind.CONSTANT_TENSOR)
 
-    def linear(self, x, weight, bias=None, name=""):
+    def linear(self, x, weight, bias=None, role=None):
+        name = "weight" if role is None else str(role)
         for what, a in (("weight", weight), ("bias", bias)):
             if a is not None and not is_constant(a):
                 # decompose.py already refuses non-constant parameters, naming the node
-                raise SpecError(
-                    name or "linear", what, "runtime weights are not supported in torch programs"
-                )
-        w = self._weight(weight, name or "weight")
-        if reads_every_step(name):
+                raise SpecError(name, what, "runtime weights are not supported in torch programs")
+        w = self._weight(weight, name)
+        if role is not None and role.per_step:
             w.meta[PER_STEP_WEIGHT] = True  # weight_precision finds these
         x = self._node(x)
         if self.emission.recurrent_product == "matmul" and self._one_row(x):
             return self._matmul_left(x, w, bias)
-        b = None if bias is None else self._weight(bias, f"{name}_b" if name else "bias")
+        b = None if bias is None else self._weight(bias, f"{name}_b")
         return self.call(aten.linear.default, x, w, b)
 
     @staticmethod
@@ -398,8 +395,9 @@ class FxBuilder(Builder):
         return self._view(self.call(aten.cat.default, xs, 0), [len(xs), rows, width])
 
     # --- loops ------------------------------------------------------------------------------
-    def scan(self, body, carried, xs, reverse=False, initial_in_ys=False):
-        """One `recurrent_lowering::scan` node running a traced copy of the step (scan_op)."""
+    def loop(self, body, carried, xs, reverse, initial_in_ys, outer, used=None):
+        """One `recurrent_lowering::scan` node running the body as a GraphModule (scan_op).
+        `used`: the results anything reads (c_n read by nobody is not returned)."""
         from . import scan_op
 
         carried = [self._node(v) for v in carried]
@@ -408,7 +406,7 @@ class FxBuilder(Builder):
                 self.layer, "sequence_lens", "the loop form takes one input sequence without masks"
             )
         xs = self._node(xs[0])
-        step = self._trace_step(body, carried, xs)
+        step = self._step_module(body, carried, xs, outer)
         h_shape = self._shape(carried[0])
         if any(self._shape(v) != h_shape for v in carried):
             raise SpecError(self.layer, "proj_size", "the loop form needs h and c of one shape")
@@ -420,41 +418,21 @@ class FxBuilder(Builder):
                 self.nodes.remove(xs)
                 xs, first = source, start
         xs = self._rows_view(xs, h_shape[0])
-        program = scan_op.StepProgram(step, len(carried), reverse, first, steps, initial_in_ys)
+        final_c = len(carried) > 1 and (used is None or 1 in used)
+        program = scan_op.StepProgram(
+            step, len(carried), reverse, first, steps, initial_in_ys, final_c=final_c
+        )
         key = scan_op.register(program)
         node = self.call(scan_op.OP, xs, carried[0], carried[1] if len(carried) > 1 else None, key)
         rows = steps + initial_in_ys  # rows of Y in the result
-        ys = node if len(carried) == 1 else self.slice(node, 0, 0, rows)
+        ys = self.slice(node, 0, 0, rows) if final_c else node
         last = 0 if reverse else rows - 1
         final = [self.squeeze(self.slice(ys, 0, last, last + 1), 0)]
-        if len(carried) > 1:
-            c_row = self.slice(node, 0, rows, rows + 1)
-            final.append(self.squeeze(c_row, 0))
-            self._final_c.append((node, ys, c_row, final[-1]))
+        if final_c:
+            final.append(self.squeeze(self.slice(node, 0, rows, rows + 1), 0))
+        elif len(carried) > 1:
+            final.append(None)  # c_n: read by nobody
         return final, [ys]
-
-    def drop_unread_final_c(self) -> None:
-        """Once the layer's users are wired: an LSTM scan whose c_n nobody reads stops
-        returning it. Its result is then Y alone, quantized with h's range rather than c's
-        (which is wider), and Vela copies no row slices out of it (lstm_a on U85: 16)."""
-        from . import scan_op
-
-        if not self._final_c:
-            return
-        for n in reversed(list(self.nodes)):  # what reads c_n may itself be unread
-            if not n.users and n.target is not scan_op.OP:
-                self.graph.erase_node(n)
-                self.nodes.remove(n)
-        for node, ys, c_row, c_n in self._final_c:
-            if c_n in self.nodes or c_row in self.nodes:  # c_n is read
-                continue
-            scan_op.program(node.args[3]).final_c = False
-            fake = [a.meta["val"] if isinstance(a, Node) else a for a in node.args]
-            with self.fake_mode:
-                node.meta["val"] = node.target(*fake)
-            ys.replace_all_uses_with(node)
-            self.graph.erase_node(ys)
-            self.nodes.remove(ys)
 
     def _rows_view(self, xs: Node, batch: int) -> Node:
         """xs [T, B, G] as its [T*B, G] view, also for the rows read outside the loop.
@@ -493,10 +471,10 @@ class FxBuilder(Builder):
                 self.nodes.remove(dead)
         return view
 
-    def _trace_step(self, body, carried: list, xs: Node) -> GraphModule:
-        """body as a GraphModule (state..., x_t) -> (state'...). The scan's result holds
-        each step's h: a step's y must be its new h, or absent (Y unread, e.g. a classifier
-        on h_n only)."""
+    def _step_module(self, body, carried: list, xs: Node, outer: dict) -> GraphModule:
+        """The loop body as a GraphModule (state..., x_t) -> (state'...). The scan's result
+        holds each step's h: a step's y must be its new h, or absent (Y unread, e.g. a
+        classifier on h_n only)."""
         module = GraphModule(torch.nn.Module(), Graph())
         graph = module.graph
         inputs = []
@@ -511,7 +489,7 @@ class FxBuilder(Builder):
             dtype=self.torch_dtype,
             emission=self.emission,
         )
-        new, ys = body(b, inputs[:-1], inputs[-1:])
+        new, ys = translate_body(body, b, inputs, outer)
         new = [b._node(v) for v in new]
         if len(ys) > 1 or (ys and b._node(ys[0]) is not new[0]):
             raise SpecError(self.layer, "Y", "the loop form needs each step's output to be its h")

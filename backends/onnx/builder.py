@@ -9,7 +9,7 @@ Op forms follow the model's opset (Slice/Squeeze/Unsqueeze/Clip changed signatur
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import onnx
@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from recurrent_lowering.passes.builder import POSITIONS, SCAN, SELECT, Builder, Value
 from recurrent_lowering.passes.spec import Activation
+from recurrent_lowering.passes.translate import translate_body
 
 FLOAT_TYPES = {
     np.dtype(np.float16): TensorProto.FLOAT16,
@@ -108,9 +109,6 @@ class OnnxBuilder(Builder):
     """
 
     capabilities = frozenset({SELECT, SCAN, POSITIONS})
-    # onnxruntime fuses Gemm + the activation after it (FusedGemm): per activation group
-    # one product (GRU [r|z] and n, LSTM [i|f|o] and g) beats one product and a Split
-    split_recurrent_product = True
 
     def __init__(
         self,
@@ -194,10 +192,11 @@ class OnnxBuilder(Builder):
         self.types[out] = (elem, tuple(array.shape))
         return out
 
-    def linear(self, x: Value, weight, bias=None, name: str = "") -> Value:
+    def linear(self, x: Value, weight, bias=None, role=None) -> Value:
         """x @ weight.T + bias. Constant weights become initializers holding weight.T
-        (named after the core's hint); a runtime weight (a value) is read as it is, with
+        (named after its role); a runtime weight (a value) is read as it is, with
         Gemm's transB on rank-2 inputs, else through one Transpose shared by every step."""
+        name = "" if role is None else str(role)
         runtime_w = isinstance(weight, str)
         runtime_b = isinstance(bias, str)
         shape = self.shape(x)
@@ -223,7 +222,7 @@ class OnnxBuilder(Builder):
         ):
             # onnxruntime (1.32) crashes creating a session for float16 Transpose -> MatMul:
             # the product is taken before the transpose (which keeps the last axis) instead
-            product = self.linear(source[0], weight, bias, name)
+            product = self.linear(source[0], weight, bias, role)
             return self.transpose(product, source[1])
         y = self._node("MatMul", [x, w_t], elem, out_shape)
         if bias is not None:
@@ -586,15 +585,13 @@ class OnnxBuilder(Builder):
         return self._node("Where", [cond, a, b], elem, shape)
 
     # --- loops ----------------------------------------------------------------------------------
-    def scan(
-        self,
-        body: Callable[["Builder", list, list], tuple[list, list]],
-        carried: Sequence[Value],
-        xs: Sequence[Value],
-        reverse: bool = False,
+    def loop(
+        self, body, carried, xs, reverse, initial_in_ys, outer, used=None
     ) -> tuple[list, list]:
         if self.opset < 9:
             raise NotImplementedError("Scan with scan_input_directions needs opset 9")
+        if initial_in_ys:
+            raise NotImplementedError("initial_in_ys")  # not a capability of this builder
         carried, xs = list(carried), list(xs)
         inner = OnnxBuilder(
             self.names.new(f"{self.prefix}/scan_body"),
@@ -620,7 +617,7 @@ class OnnxBuilder(Builder):
             inner.declare(name, self.elem_type(v), None if shape is None else shape[1:])
             slices_in.append(name)
             graph_inputs.append(_value_info(name, self.elem_type(v), inner.shape(name)))
-        new_carried, ys = body(inner, carried_in, slices_in)
+        new_carried, ys = translate_body(body, inner, [*carried_in, *slices_in], outer)
         new_carried, ys = list(new_carried), list(ys)
         if len(new_carried) != len(carried):
             raise ValueError("scan body must return as many carried values as it received")

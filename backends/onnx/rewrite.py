@@ -21,6 +21,7 @@ import onnx.inliner
 from onnx import TensorProto
 
 from recurrent_lowering import passes
+from recurrent_lowering.passes.plan import Plan
 from recurrent_lowering.passes.spec import SpecError
 
 from .builder import ConstantPool, Names, OnnxBuilder
@@ -138,6 +139,13 @@ def _default_opset(model: onnx.ModelProto) -> int:
 
 def _prefix(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_./:-]", "_", label)
+
+
+def _plan(strategy: str) -> Plan:
+    """ONNX's plan: onnxruntime fuses a Gemm with the activation after it (FusedGemm), so
+    one product per activation group (GRU [r|z] and n, LSTM [i|f|o] and g) beats one
+    product and a Split."""
+    return Plan(strategy={"scan": "loop"}.get(strategy, strategy), split_products=True)
 
 
 class _Rewriter:
@@ -270,7 +278,7 @@ class _Rewriter:
             seq = builder.cast(seq, TensorProto.INT64)  # the core compares with int64 steps
         try:
             out = passes.emit(
-                builder, spec, read.weights, x, h0, c0, sequence_lens=seq, strategy=strategy
+                builder, spec, read.weights, x, h0, c0, sequence_lens=seq, plan=_plan(strategy)
             )
         except SpecError:
             raise

@@ -1,4 +1,4 @@
-"""Builder.split_recurrent_product: one recurrent product per activation group.
+"""tunings.split_products: one recurrent product per activation group.
 
 Same numbers as the single product (NumpyBuilder, unrolled and loop, every LSTM/GRU
 variant), and the op counts docs/core.md states for it.
@@ -14,6 +14,7 @@ import pytest
 from recurrent_lowering.passes import CellKind, Direction, RecurrentSpec, emit
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
 from recurrent_lowering.passes.op_count import CountingBuilder
+from recurrent_lowering.passes.plan import Plan
 from recurrent_lowering.tests.core.gen import random_weights
 
 C = collections.Counter
@@ -25,10 +26,6 @@ VARIANTS = {  # (cell, spec fields, peepholes)
     "LSTM-input_forget-peephole": ("LSTM", dict(input_forget=True), True),
     "LSTM-proj-clip": ("LSTM", dict(proj_size=3, clip=0.5), False),
 }
-
-
-class _SplitNumpy(NumpyBuilder):
-    split_recurrent_product = True
 
 
 @pytest.mark.parametrize("strategy", ["unrolled", "scan"])
@@ -55,13 +52,13 @@ def test_split_products_give_the_same_numbers(variant, strategy):
     h0 = rng.uniform(-1, 1, (4, 2, spec.output_size))
     c0 = rng.uniform(-1, 1, (4, 2, 4))
 
-    def run(b):
-        out = emit(
-            b, spec, w, b.input(x), b.input(h0), b.input(c0) if lstm else None, strategy=strategy
-        )
+    def run(split: bool):
+        b = NumpyBuilder()
+        plan = Plan(strategy={"scan": "loop"}.get(strategy, strategy), split_products=split)
+        out = emit(b, spec, w, b.input(x), b.input(h0), b.input(c0) if lstm else None, plan=plan)
         return [v for v in (out.y, out.h, out.c) if v is not None]
 
-    for g, r in zip(run(_SplitNumpy()), run(NumpyBuilder()), strict=True):
+    for g, r in zip(run(True), run(False), strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-6)
 
 
@@ -76,8 +73,8 @@ def _count(kind, T):
     lstm = cell is CellKind.LSTM
     spec = RecurrentSpec("counted", cell, 6, 4, seq_len=T, has_initial_h=True, has_initial_c=lstm)
     b = CountingBuilder()
-    b.split_recurrent_product = True
-    emit(b, spec, random_weights(spec, np.random.default_rng(0)), "x", "h0", "c0" if lstm else None)
+    weights = random_weights(spec, np.random.default_rng(0))
+    emit(b, spec, weights, "x", "h0", "c0" if lstm else None, plan=Plan(split_products=True))
     return b.counts()
 
 

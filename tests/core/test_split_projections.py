@@ -1,7 +1,9 @@
-"""Builder.split_direction_projections: one input projection per direction.
+"""tunings.split_projections: one input projection per direction.
 
 Same numbers as one projection sliced per direction (NumpyBuilder, GRU/LSTM/RNN, unrolled
-and loop), and the op counts: a linear per direction and no slice of a shared projection.
+and loop), and the op counts: a linear per direction, and the slices each step's gate
+blocks take are the same (of the shared projection, the direction's columns and the gate
+block fold into one slice).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import pytest
 from recurrent_lowering.passes import CellKind, Direction, RecurrentSpec, emit
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
 from recurrent_lowering.passes.op_count import CountingBuilder
+from recurrent_lowering.passes.plan import Plan
 from recurrent_lowering.tests.core.gen import random_weights
 
 
@@ -42,9 +45,9 @@ def test_split_projections_give_the_same_numbers(kind, strategy):
 
     def run(split: bool):
         b = NumpyBuilder()
-        b.split_direction_projections = split
+        plan = Plan(strategy={"scan": "loop"}.get(strategy, strategy), split_projections=split)
         c = b.input(c0) if c0 is not None else None
-        out = emit(b, spec, w, b.input(x), b.input(h0), c, strategy=strategy)
+        out = emit(b, spec, w, b.input(x), b.input(h0), c, plan=plan)
         return [v for v in (out.y, out.h, out.c) if v is not None]
 
     for got, want in zip(run(True), run(False), strict=True):
@@ -58,8 +61,9 @@ def test_one_linear_per_direction_and_no_slice(layers):
     counts = {}
     for split in (False, True):
         b = CountingBuilder()
-        b.split_direction_projections = split
-        emit(b, spec, w, "x", "h0", None, strategy="unrolled")
+        emit(b, spec, w, "x", "h0", None, plan=Plan(split_projections=split))
         counts[split] = b.counts()
+        roles = [role for role in b.roles if not role.per_step]
+        assert [r.direction for r in roles] == (["fwd", "rev"] if split else [None]) * layers
     assert counts[True]["linear"] - counts[False]["linear"] == layers  # 2 per layer, not 1
-    assert counts[False]["slice"] - counts[True]["slice"] == 2 * layers  # no column blocks
+    assert counts[False]["slice"] == counts[True]["slice"]
