@@ -434,7 +434,7 @@ def rebuild(outputs: Sequence, hook=None, graph: Optional[Graph] = None) -> list
     replacing nodes of a kind is how passes transform a program. None outputs stay None."""
     target = graph or next(o.graph for o in outputs if o is not None)
     done: dict = {}  # id(node) -> rebuilt node (or, for multi-output parents, their list)
-    order = _post_order([o for o in outputs if o is not None])
+    order = reachable([o for o in outputs if o is not None])
     for node in order:
         args = tuple(done[id(a)] for a in node.args)
         new = hook(node, args) if hook is not None else None
@@ -442,7 +442,8 @@ def rebuild(outputs: Sequence, hook=None, graph: Optional[Graph] = None) -> list
     return [None if o is None else done[id(o)] for o in outputs]
 
 
-def _post_order(outputs: list) -> list:
+def reachable(outputs: list) -> list:
+    """The nodes `outputs` depend on, each once, every node after its inputs."""
     seen, order = set(), []
     stack = [(o, False) for o in reversed(outputs)]
     while stack:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .graph import Body, Graph, Node, rebuild
 from .masks import SKIP, Mask, blend
 from .program import Recurrence, RecurrentProgram
-from .unroll import _zeros, instantiate
+from .unroll import instantiate
 
 
 def loop(program: RecurrentProgram, initial_in_ys: bool = False) -> RecurrentProgram:
@@ -49,8 +49,8 @@ def _loop(g: Graph, node: Node, args, initial_in_ys: bool) -> list:
         t = T - 1 if r.reverse else 0
         mask = first_mask = r.lens.step(t)
         if mask is SKIP:
-            y_first = g.unsqueeze(_zeros(g, r, p.output_size), 0) if want_y else None
-            state = [_zeros(g, r, w) if s.is_const(0) else s for s, w in zip(state, p.state_widths)]
+            y_first = g.unsqueeze(r.zeros(g, p.output_size), 0) if want_y else None
+            state = [r.zeros(g, w) if s.is_const(0) else s for s, w in zip(state, p.state_widths)]
         else:
             x_t = g.squeeze(g.slice(xp, 0, t, t + 1), 0)
             new = tuple(instantiate(r.step, g, [*state, x_t]))

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import weights as wa
 from .cells import STEP, CellParams, prepare
-from .graph import Body, Graph, Node
+from .graph import Body, Graph, Node, reachable
 from .masks import Lens
 from .roles import WeightKind, WeightRole
 from .spec import Direction, LayerWeights, RecurrentSpec
@@ -44,6 +44,11 @@ class Recurrence:
     lens: Lens
     steps: Optional[int]  # T, when static
 
+    def zeros(self, g: Graph, width: int) -> Node:
+        """A zero [B, width] step or state of known batch size (only reached with constant
+        sequence_lens, which give the batch)."""
+        return g.const(np.zeros((self.lens.batch, width), np.float32))
+
 
 @dataclasses.dataclass
 class RecurrentProgram:
@@ -58,9 +63,7 @@ class RecurrentProgram:
 
 
 def recurrences(program: RecurrentProgram) -> list:
-    from .graph import _post_order
-
-    return [n for n in _post_order([o for o in program.outputs if o]) if n.op == "recurrence"]
+    return [n for n in reachable([o for o in program.outputs if o]) if n.op == "recurrence"]
 
 
 def build(

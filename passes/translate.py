@@ -14,7 +14,7 @@ import numpy as np
 
 from . import activations
 from .builder import Builder, Value
-from .graph import Body, Node, _post_order
+from .graph import Body, Node, reachable
 
 
 class _Translator:
@@ -31,7 +31,7 @@ class _Translator:
         return self._scalars[key]
 
     def run(self, outputs: Sequence) -> list:
-        order = _post_order([o for o in outputs if o is not None])
+        order = reachable([o for o in outputs if o is not None])
         for node in order:
             if node.op == "result" and node.args[0].op == "loop":
                 self._used.setdefault(id(node.args[0]), set()).add(node.attrs[0])
@@ -93,7 +93,7 @@ class _Translator:
 def _externals(body: Body) -> list:
     return [
         n.attrs[0]
-        for n in _post_order(body.outputs)
+        for n in reachable(body.outputs)
         if n.op == "external" and isinstance(n.attrs[0], Node)
     ]
 

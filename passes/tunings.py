@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from .graph import Body, Node, _post_order, rebuild
+from .graph import Body, Node, reachable, rebuild
 from .program import Recurrence, RecurrentProgram
 from .roles import WeightKind
 
@@ -36,7 +36,7 @@ def split_products(program: RecurrentProgram) -> RecurrentProgram:
 
 def _readers(outputs: list) -> dict:
     readers: dict = {}
-    for node in _post_order([o for o in outputs if o is not None]):
+    for node in reachable([o for o in outputs if o is not None]):
         for a in node.args:
             readers.setdefault(id(a), []).append(node)
     return readers

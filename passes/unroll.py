@@ -53,18 +53,10 @@ def _steps(g: Graph, node: Node, args) -> list:
     for t in reversed(range(T)) if r.reverse else range(T):
         mask = r.lens.step(t)
         if mask is SKIP:
-            ys[t] = _zeros(g, r, p.output_size) if r.want_y else None
+            ys[t] = r.zeros(g, p.output_size) if r.want_y else None
             continue
         new = tuple(instantiate(r.step, g, [*state, xs[t]]))
         state, ys[t] = blend(g, mask, new, tuple(state), new[0])
-    finals = [_zeros(g, r, w) if s.is_const(0) else s for s, w in zip(state, p.state_widths)]
+    finals = [r.zeros(g, w) if s.is_const(0) else s for s, w in zip(state, p.state_widths)]
     y = g.stack(ys, 0) if r.want_y else None
     return [y, *finals]
-
-
-def _zeros(g: Graph, r: Recurrence, width: int) -> Node:
-    """A zero [B, width] step or state of known batch size (only reached with constant
-    sequence_lens, which give the batch)."""
-    import numpy as np
-
-    return g.const(np.zeros((r.lens.batch, width), np.float32))

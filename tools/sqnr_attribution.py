@@ -33,6 +33,9 @@ import sys
 
 from absl import app, flags
 
+from recurrent_lowering.backends.executorch_arm.decompose import as_module
+from recurrent_lowering.backends.executorch_arm.loop.op import run_graph
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["gru_a", "lstm_a", "rnn_tanh_a"], "benchmark models")
 flags.DEFINE_list("decompositions", ["ours", "executorch"], "ours and/or executorch")
@@ -133,7 +136,8 @@ def attribute(gm, inputs, reference) -> dict:
 
     def noise(keep):
         with torch.no_grad():
-            out = _bypass(gm, keep)(*inputs).numpy().astype(np.float64)
+            out = run_graph(_bypass(gm, keep), *inputs, record=False)
+            out = out.numpy().astype(np.float64)
         return float(np.sum((out - reference) ** 2))
 
     nodes = {n.name: n for n in gm.graph.nodes}
@@ -209,13 +213,11 @@ def quantize(module, inputs, compile_spec, quantizer_factory):
     from executorch.backends.arm.quantizer import arm_quantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from recurrent_lowering.backends.executorch_arm import flow
-
-    gm = flow._module_of(torch.export.export(module, inputs))
+    gm = as_module(torch.export.export(module, inputs))
     quantizer = quantizer_factory(compile_spec)
     quantizer.set_global(arm_quantizer.get_symmetric_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(gm, quantizer)
-    prepared(*inputs)
+    run_graph(prepared, *inputs)
     return convert_pt2e(prepared, fold_quantize=False)
 
 
@@ -240,13 +242,13 @@ def run(model: str, decomposition: str, target: str, num_inputs: int, quantizer_
     from recurrent_lowering.backends.executorch_arm import flow
 
     ethos = target.startswith("ethos-u")
-    spec = flow._compile_spec(
+    spec = flow.compile_spec(
         target,
         pathlib.Path("/tmp/sqnr_attribution_art"),
         "Ethos_U55_High_End_Embedded" if ethos else None,
         "Shared_Sram" if ethos else None,
     )
-    qf, _ = flow._factories(decomposition, target, quantizer_factory, None)
+    qf, _ = flow.factories(decomposition, target, quantizer_factory, None)
     results = []
     for k in range(num_inputs):
         module, inputs = inputs_for(model, k)

@@ -21,7 +21,6 @@ import torch
 from absl import app, flags
 
 from recurrent_lowering.backends.executorch_arm import arm_hooks, flow, streaming
-from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
 from recurrent_lowering.tools import models
 
 FLAGS = flags.FLAGS
@@ -56,7 +55,7 @@ def measure(target, activations, share_state, frames, calibration_frames=512, ar
         target,
         artifact_dir=artifact_dir or tempfile.mkdtemp(prefix="stream_sqnr_"),
         calibration_inputs=calibration,
-        quantizer_factory=rq.quantizer_factory(
+        quantizer_factory=arm_hooks.quantizer_factory(
             lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits),
             share_state=share_state,
         ),

@@ -35,11 +35,14 @@ from torch.fx import GraphModule
 
 from recurrent_lowering.passes.spec import SpecError
 
-from . import fallback, scan_op, scan_tosa, weight_precision  # noqa: F401  (scan_tosa registers)
+from . import fallback, weight_precision
 from .arm_passes import DecomposeRecurrentPass
 from .decompose import decompose_recurrent
 from .fx_builder import PLAIN, Emission
-from .scan_quantization import annotate_scans
+from .loop import op as loop_op
+from .loop import tosa as loop_tosa  # noqa: F401  (registers the loop node's TOSA)
+from .loop.quantization import annotate_loops
+from .recurrent_quantization import RecurrentStateQuantizer
 
 
 def emission_options(target: str, recurrent_weight_bits: int = 8) -> Emission:
@@ -57,7 +60,7 @@ def strategy_for(requested: str, keep_recurrent_on_cpu: bool = False) -> str:
     """The strategy for a request ("auto", "unrolled" or "scan"). "auto" is resolved per
     layer by decompose.resolve_strategy (unrolled at small T, the loop form beyond), except
     that layers kept on the CPU are always unrolled: the CPU runtime has portable kernels for
-    elementary ops only, not for the scan node."""
+    elementary ops only, not for the loop node."""
     if requested not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {requested!r}")
     if keep_recurrent_on_cpu:
@@ -93,9 +96,9 @@ class _QuantizerHook:
                 model.graph, self.global_config, bits
             )
             step_config = weight_precision.narrow(step_config or self.global_config, bits)
-        scans = annotate_scans(model.graph, self.global_config, step_config)
-        if narrow:  # every scan's step holds only per-step weights
-            self.narrowed = unrolled + scans
+        loops = annotate_loops(model.graph, self.global_config, step_config)
+        if narrow:  # every loop's step holds only per-step weights
+            self.narrowed = unrolled + loops
         return model
 
 
@@ -133,14 +136,14 @@ class _PartitionerHook:
             graph, self.keep_recurrent_on_cpu, str(self.tosa_spec)
         )
         self.boundaries = fallback.delegate_boundaries(graph)
-        _check_scans_delegated(graph)
+        _check_loops_delegated(graph)
         return result
 
 
-def _check_scans_delegated(graph) -> None:
-    """A scan node left outside a delegate would reach the CPU runtime, which has no kernel
+def _check_loops_delegated(graph) -> None:
+    """A loop node left outside a delegate would reach the CPU runtime, which has no kernel
     for it: refuse here, naming the layer, rather than write a .pte that cannot run."""
-    for node in graph.find_nodes(op="call_function", target=scan_op.OP):
+    for node in graph.find_nodes(op="call_function", target=loop_op.OP):
         if "delegation_tag" not in node.meta:
             raise SpecError(
                 fallback.recurrent_layer_of(node) or node.name,
@@ -203,3 +206,19 @@ def create_partitioner(
     partitioner.emission = emission
     partitioner.strategy = strategy_for(strategy, keep_recurrent_on_cpu)
     return partitioner
+
+
+def quantizer_factory(
+    base_factory=None, keep_recurrent_on_cpu: bool = False, share_state: bool = True
+):
+    """A `quantizer_factory(compile_spec)` for flow.lower: a RecurrentStateQuantizer
+    around `base_factory` (default: create_quantizer, our decomposition in ExecuTorch's
+    Arm quantizer)."""
+    base_factory = base_factory or create_quantizer
+
+    def create(compile_spec) -> RecurrentStateQuantizer:
+        return RecurrentStateQuantizer(
+            base_factory(compile_spec), keep_recurrent_on_cpu, share_state
+        )
+
+    return create

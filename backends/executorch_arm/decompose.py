@@ -282,7 +282,7 @@ def resolve_strategy(strategy: str, spec) -> str:
     unrolls what the loop form cannot write (an LSTM with proj_size)."""
     if strategy != "auto":
         return strategy
-    if spec.proj_size:  # FxBuilder.scan carries h and c of one shape
+    if spec.proj_size:  # FxBuilder.loop carries h and c of one shape
         return "unrolled"
     steps = (spec.seq_len or 0) * spec.num_layers * spec.num_directions
     return "unrolled" if spec.seq_len is not None and steps <= AUTO_UNROLL_MAX_STEPS else "scan"

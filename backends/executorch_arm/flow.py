@@ -30,13 +30,13 @@ import numpy as np
 import torch
 
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference, vela
-from recurrent_lowering.runtime.quantization import QuantParams
+
+from .edge_io import io_mapping, target_name
+from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
+from .loop.op import program_of, run_graph
 
 TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
 ETHOS_U_TARGETS = ("ethos-u55-128", "ethos-u65-256", "ethos-u85-256")
-
-_QUANTIZE = "quantized_decomposed.quantize_per_tensor"
-_DEQUANTIZE = "quantized_decomposed.dequantize_per_tensor"
 
 
 class FlowError(RuntimeError):
@@ -72,6 +72,7 @@ class LoweringResult:
     # The lowered edge program as a module, kept when the program is not one delegate fed by
     # the program inputs (CPU ops around or between delegates): check_numerics runs it.
     program_module: Optional[torch.nn.Module] = None
+    loop_programs: list = dataclasses.field(default_factory=list)  # loop.op.StepProgram each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +120,7 @@ def _eval(module: torch.nn.Module) -> torch.nn.Module:
         return module
 
 
-def _compile_spec(target: str, artifact_dir: pathlib.Path, system_config, memory_mode):
+def compile_spec(target: str, artifact_dir: pathlib.Path, system_config, memory_mode):
     if target.startswith("TOSA"):
         from executorch.backends.arm.tosa import TosaSpecification
         from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
@@ -166,58 +167,18 @@ def quantize(
     prepared = prepare_pt2e(graph_module, quantizer)
     samples = calibration_inputs or [example_inputs]
     for sample in (progress or _Silent()).steps(samples, "calibration samples"):
-        prepared(*sample)
+        run_graph(prepared, *sample)  # loop nodes record their steps' inputs
     return convert_pt2e(prepared)
-
-
-def _target_name(node) -> str:
-    return str(getattr(node.target, "__name__", node.target))
 
 
 def _count_call_functions(graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "call_function")
 
 
-def _quant_params(node) -> QuantParams:
-    _, scale, zero_point, qmin, qmax, dtype = node.args[:6]
-    return QuantParams(float(scale), int(zero_point), int(qmin), int(qmax), str(dtype)[6:])
-
-
-def _io_mapping(graph, user_inputs: list):
-    """(input_map, output_map, input_quant, output_quant) for a single fully-delegated graph."""
-    delegates = [
-        n for n in graph.nodes if n.op == "call_function" and "call_delegate" in _target_name(n)
-    ]
-    if len(delegates) != 1:
-        return None
-    (delegate,) = delegates
-    input_map, input_quant = [], []
-    for arg in delegate.args[1:]:
-        quant = None
-        if arg.op == "call_function" and _QUANTIZE in _target_name(arg):
-            quant, arg = _quant_params(arg), arg.args[0]
-        if arg.op != "placeholder" or arg.name not in user_inputs:
-            return None  # a CPU op or a parameter between the program inputs and the delegate
-        input_map.append(user_inputs.index(arg.name))
-        input_quant.append(quant)
-    num_outputs = max((u.args[1] for u in delegate.users if u.op == "call_function"), default=-1)
-    output_quant = [None] * (num_outputs + 1)
-    output_map = []
-    for out in graph.output_node().args[0]:
-        quant = None
-        if out.op == "call_function" and _DEQUANTIZE in _target_name(out):
-            quant, out = _quant_params(out), out.args[0]
-        if not (out.op == "call_function" and out.args[0] is delegate):
-            return None  # an output computed on the CPU
-        output_map.append(out.args[1])
-        output_quant[out.args[1]] = quant
-    return input_map, output_map, input_quant, output_quant
-
-
 DECOMPOSITIONS = ("ours", "executorch")
 
 
-def _factories(
+def factories(
     decomposition: str,
     target: str,
     quantizer_factory,
@@ -279,7 +240,7 @@ def lower(
     defaults for the factories not given. `activations="int16"` quantizes activations to
     int16 (weights stay int8; Ethos-U85 and TOSA INT targets). `strategy` writes recurrent
     layers "unrolled" (one set of ops per step), as a "scan" (one node per layer direction,
-    its step lowered once and copied per step into the TOSA: scan_op, scan_tosa) or "auto"
+    its step lowered once and copied per step into the TOSA: loop.op, loop.tosa) or "auto"
     (decompose.resolve_strategy: unrolled for short sequences). `state_bits=16` keeps the
     loop form's steps (state and gate arithmetic) in int16 while the rest stays int8.
     `recurrent_weight_bits` < 8 quantizes the weights every step reads (R, an LSTM's
@@ -301,7 +262,7 @@ def lower(
                 "4-bit recurrent weights (TOSA INT4) need int8 activations; use 5-7 bits "
                 "with int16 activations or int16 state"
             )
-    quantizer_factory, partitioner_factory = _factories(
+    quantizer_factory, partitioner_factory = factories(
         decomposition,
         target,
         quantizer_factory,
@@ -323,7 +284,7 @@ def lower(
         default_system, default_memory = vela.default_config(target)
         system_config = system_config or default_system
         memory_mode = memory_mode or default_memory
-    spec = _compile_spec(target, out_dir, system_config, memory_mode)
+    spec = compile_spec(target, out_dir, system_config, memory_mode)
     module = _eval(module)
     times = {}
 
@@ -351,19 +312,25 @@ def lower(
     graph_module = edge_program.graph_module
     lowered = [m for name, m in graph_module.named_children() if name.startswith("lowered_module")]
     edge_nodes = sum(_count_call_functions(m.original_module.graph) for m in lowered)
+    loop_programs = [
+        program_of(n)
+        for m in lowered
+        for n in m.original_module.graph.nodes
+        if n.op == "call_function" and target_name(n) == LOOP_EDGE_NAME
+    ]
     cpu_nodes = sum(
         1
         for n in graph_module.graph.nodes
         if n.op == "call_function"
-        and "call_delegate" not in _target_name(n)
-        and _target_name(n) != "getitem"
+        and "call_delegate" not in target_name(n)
+        and target_name(n) != "getitem"
     )
     # The TOSA backend writes output_<tag>_<spec>.tosa; ExecuTorch's Vela step adds out.tosa.
     tosa_files = sorted(out_dir.glob("output*.tosa"))
     counts: collections.Counter = collections.Counter()
     for f in tosa_files:
         counts.update(tosa_flatbuffer.op_counts(f))
-    mapping = _io_mapping(graph_module.graph, list(edge_program.graph_signature.user_inputs))
+    mapping = io_mapping(graph_module.graph, list(edge_program.graph_signature.user_inputs))
     # to_executorch rewrites the edge graph in place (memory planning): analyse it first.
     program_module = None
     if mapping is None and lowered:
@@ -388,6 +355,7 @@ def lower(
         system_config=system_config,
         memory_mode=memory_mode,
         program_module=program_module,
+        loop_programs=loop_programs,
     )
     if mapping is not None:
         result.input_map, result.output_map, result.input_quant, result.output_quant = mapping

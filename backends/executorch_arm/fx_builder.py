@@ -214,7 +214,7 @@ class ModuleConstants(ConstantSink):
         else:
             self.module.register_buffer(attr, t)
         first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
-        if first is None:  # a graph being traced (FxBuilder.scan's step): append
+        if first is None:  # a graph being traced (FxBuilder.loop's step): append
             return self.graph.get_attr(attr)
         with self.graph.inserting_before(first):
             return self.graph.get_attr(attr)
@@ -396,9 +396,9 @@ class FxBuilder(Builder):
 
     # --- loops ------------------------------------------------------------------------------
     def loop(self, body, carried, xs, reverse, initial_in_ys, outer, used=None):
-        """One `recurrent_lowering::scan` node running the body as a GraphModule (scan_op).
+        """One `recurrent_lowering::loop` node running the body as a GraphModule (loop.op).
         `used`: the results anything reads (c_n read by nobody is not returned)."""
-        from . import scan_op
+        from .loop import op as loop_op
 
         carried = [self._node(v) for v in carried]
         if len(xs) != 1 or len(carried) not in (1, 2):
@@ -419,11 +419,10 @@ class FxBuilder(Builder):
                 xs, first = source, start
         xs = self._rows_view(xs, h_shape[0])
         final_c = len(carried) > 1 and (used is None or 1 in used)
-        program = scan_op.StepProgram(
-            step, len(carried), reverse, first, steps, initial_in_ys, final_c=final_c
-        )
-        key = scan_op.register(program)
-        node = self.call(scan_op.OP, xs, carried[0], carried[1] if len(carried) > 1 else None, key)
+        c = carried[1] if len(carried) > 1 else None
+        args = (xs, carried[0], c, first, steps, reverse, initial_in_ys, final_c)
+        node = self.call(loop_op.OP, *args)
+        loop_op.attach(node, loop_op.StepProgram(step, len(carried)))
         rows = steps + initial_in_ys  # rows of Y in the result
         ys = self.slice(node, 0, 0, rows) if final_c else node
         last = 0 if reverse else rows - 1
@@ -437,7 +436,7 @@ class FxBuilder(Builder):
     def _rows_view(self, xs: Node, batch: int) -> Node:
         """xs [T, B, G] as its [T*B, G] view, also for the rows read outside the loop.
 
-        Vela copies a reshape whose input has other readers. The scan's TOSA reads xs as
+        Vela copies a reshape whose input has other readers. The loop's TOSA reads xs as
         rows of a 2-D tensor, and a peeled first step slices its row out of xs too; if both
         read one [T*B, G] view, the only reader of the projection is that view's reshape,
         which Vela then elides (gru_a on U85: a 6,712-cycle copy). Row reads outside the
@@ -472,7 +471,7 @@ class FxBuilder(Builder):
         return view
 
     def _step_module(self, body, carried: list, xs: Node, outer: dict) -> GraphModule:
-        """The loop body as a GraphModule (state..., x_t) -> (state'...). The scan's result
+        """The loop body as a GraphModule (state..., x_t) -> (state'...). The loop's result
         holds each step's h: a step's y must be its new h, or absent (Y unread, e.g. a
         classifier on h_n only)."""
         module = GraphModule(torch.nn.Module(), Graph())

@@ -10,15 +10,14 @@ calibration), so dequantize(h_n) fed back quantizes to exactly the same integers
 With `keep_recurrent_on_cpu` it instead leaves recurrent layers in float: they run on the CPU
 in fp32 (no state quantization at all), and only the delegated rest is quantized.
 
-Use through `quantizer_factory(...)`, which `flow.lower(quantizer_factory=...)` accepts; the
-activation precision is the flow's (`flow.lower(activations="int16")` sets ExecuTorch's a16w8
-config through `set_global`, which this wrapper passes on unchanged).
+Use through `arm_hooks.quantizer_factory(...)`, which `flow.lower(quantizer_factory=...)`
+accepts; the activation precision is the flow's (`flow.lower(activations="int16")` sets
+ExecuTorch's a16w8 config through `set_global`, which this wrapper passes on unchanged).
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Callable, Optional
 
 import torch
 from torch.fx import GraphModule, Node
@@ -157,21 +156,3 @@ def _share_state(graph: torch.fx.Graph, pairs: list[tuple[str, int]]) -> list[tu
         annotation.output_qspec = SharedQuantizationSpec(h0)
         shared.append((h0.name, h_n.name))
     return shared
-
-
-def quantizer_factory(
-    base_factory: Optional[Callable] = None,
-    keep_recurrent_on_cpu: bool = False,
-    share_state: bool = True,
-) -> Callable:
-    """A `quantizer_factory(compile_spec)` for flow.lower; `base_factory` defaults to
-    arm_hooks.create_quantizer (our decomposition in ExecuTorch's Arm quantizer)."""
-    if base_factory is None:
-        from .arm_hooks import create_quantizer as base_factory
-
-    def create(compile_spec) -> RecurrentStateQuantizer:
-        return RecurrentStateQuantizer(
-            base_factory(compile_spec), keep_recurrent_on_cpu, share_state
-        )
-
-    return create

@@ -155,12 +155,12 @@ def test_weight_algebra_folds_reorderings_into_one_concat():
     W = wa.runtime("W", (1, 8, 3))  # H = 2
     lw = gate_order.from_onnx(CellKind.LSTM, W, wa.runtime("R", (1, 8, 2)))
     from recurrent_lowering.passes.cells import prepare
-    from recurrent_lowering.passes.graph import Graph, _post_order
+    from recurrent_lowering.passes.graph import Graph, reachable
 
     spec = RecurrentSpec("alg", CellKind.LSTM, 3, 2, seq_len=1)
     p = prepare(spec, lw, 0)
     node = wa.materialize(Graph(), p.w_in, {})
     # take direction 0: slice + squeeze; ONNX (i, o, f, c) -> (i, f, o, g) = (0, 2, 1, 3):
     # [0:2], [4:6], [2:4], [6:8] of the squeezed W, then one concat
-    kinds = collections.Counter(n.op for n in _post_order([node]))
+    kinds = collections.Counter(n.op for n in reachable([node]))
     assert kinds == {"external": 1, "slice": 5, "squeeze": 1, "concat": 1}

@@ -174,15 +174,15 @@ def test_emission_per_target():
     ],
 )
 def test_auto_picks_the_form_by_length(target, steps, form):
-    from recurrent_lowering.backends.executorch_arm import scan_op
     from recurrent_lowering.backends.executorch_arm.decompose import decompose_recurrent
+    from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
 
     module = torch.nn.GRU(4, 8, batch_first=True).eval()
     ep = torch.export.export(module, (torch.randn(1, steps, 4),))
     out = decompose_recurrent(ep, "auto", emission_options(target))
     targets = [n.target for n in out.graph.nodes if n.op == "call_function"]
-    scans = sum(t == scan_op.OP for t in targets)
-    assert scans == (1 if form == "scan" else 0)
+    loops = sum(t == loop_op.OP for t in targets)
+    assert loops == (1 if form == "scan" else 0)
     assert not any("gru" in str(t) for t in targets)
 
 
@@ -193,8 +193,8 @@ def test_loop_form_glue(kind, bidirectional):
     [T*B, G] view (the peeled row too; Vela copies a reshape whose input has other
     readers), and the scan's result already holds the peeled step's h (no concat after
     it). Numbers unchanged."""
-    from recurrent_lowering.backends.executorch_arm import scan_op
     from recurrent_lowering.backends.executorch_arm.decompose import decompose_recurrent
+    from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
 
     torch.manual_seed(0)
     cls = torch.nn.GRU if kind == "gru" else torch.nn.LSTM
@@ -202,12 +202,12 @@ def test_loop_form_glue(kind, bidirectional):
     x = torch.randn(1, 12, 4)
     out = decompose_recurrent(torch.export.export(module, (x,)), "scan")
     nodes = [n for n in out.graph.nodes if n.op == "call_function"]
-    scans = [n for n in nodes if n.target == scan_op.OP]
+    scans = [n for n in nodes if n.target == loop_op.OP]
     assert len(scans) == (2 if bidirectional else 1)
     for scan in scans:
         view = scan.args[0]
         assert view.target == aten.view.default and len(view.meta["val"].shape) == 2
-        assert scan_op.program(scan.args[3]).initial_in_ys
+        assert loop_op.LoopArgs.of(scan).initial_in_ys
         others = [u for u in view.users if u is not scan]
         assert [u.target for u in others] == [aten.slice.Tensor]  # the peeled step's row
     # no concatenation joins a scan's rows with anything but the other direction's
@@ -216,5 +216,5 @@ def test_loop_form_glue(kind, bidirectional):
         parts = set(cat.args[0])
         assert not parts & ys or parts <= ys, cat.format_node()
     with torch.no_grad():
-        for got, want in zip(out.module()(x), module(x)):
+        for got, want in zip(loop_op.run_graph(out.module(), x), module(x)):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

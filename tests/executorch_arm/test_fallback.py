@@ -22,7 +22,6 @@ from recurrent_lowering.backends.executorch_arm import (
     flow,
     streaming,
 )
-from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
 from recurrent_lowering.runtime import executorch_host
 from recurrent_lowering.tests.executorch_arm.fallback_models import MaskedHead
 from recurrent_lowering.tools import models
@@ -52,7 +51,7 @@ def _lower_keeping_recurrent(module, inputs, target, tmp_path, calibration=None)
         target,
         artifact_dir=tmp_path,
         calibration_inputs=calibration,
-        quantizer_factory=rq.quantizer_factory(keep_recurrent_on_cpu=True),
+        quantizer_factory=arm_hooks.quantizer_factory(keep_recurrent_on_cpu=True),
         partitioner_factory=partitioner_factory,
         run_vela=False,
     )
@@ -138,7 +137,7 @@ def test_ops_the_npu_cannot_run_stay_on_cpu(tmp_path):
         (torch.randn(1, 3, 4),),
         "ethos-u55-128",
         artifact_dir=tmp_path,
-        quantizer_factory=rq.quantizer_factory(),
+        quantizer_factory=arm_hooks.quantizer_factory(),
         partitioner_factory=partitioner_factory,
         run_vela=False,
     )

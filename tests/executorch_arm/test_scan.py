@@ -1,7 +1,7 @@
-"""The loop form: one `recurrent_lowering::scan` node per layer direction, its step lowered once
-by ExecuTorch and copied per timestep into the delegate's TOSA (scan_op, step_template,
-scan_tosa). Checked against torch eager: in eager (the node's own kernel), on the TOSA
-reference model (FP and INT), and through Vela for Ethos-U55."""
+"""The loop form: one `recurrent_lowering::loop` node per layer direction, its step lowered
+once by ExecuTorch and copied per timestep into the delegate's TOSA (loop.op, loop.step,
+loop.tosa). Checked against torch eager: run through its step programs (loop.op.run_graph),
+on the TOSA reference model (FP and INT), and through Vela for Ethos-U55."""
 
 import re
 
@@ -10,8 +10,9 @@ import pytest
 import torch
 import tosa_serializer as ts
 
-from recurrent_lowering.backends.executorch_arm import decompose, flow, scan_op
-from recurrent_lowering.backends.executorch_arm.tosa_template import TosaTemplate
+from recurrent_lowering.backends.executorch_arm import decompose, flow
+from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
+from recurrent_lowering.backends.executorch_arm.loop.tosa_template import TosaTemplate
 from recurrent_lowering.passes.spec import SpecError
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference
 from recurrent_lowering.tools import models
@@ -36,18 +37,24 @@ def test_scan_matches_torch_and_unrolled(kind, layers, bidirectional):
     ep = torch.export.export(module, inputs)
     looped = decompose.decompose_recurrent(ep, "scan")
     unrolled = decompose.decompose_recurrent(torch.export.export(module, inputs), "unrolled")
-    scans = [n for n in _calls(looped) if n.target is scan_op.OP]
-    assert len(scans) == layers * (2 if bidirectional else 1)
+    loops = [n for n in _calls(looped) if n.target is loop_op.OP]
+    assert len(loops) == layers * (2 if bidirectional else 1)
     assert len(_calls(looped)) < len(_calls(unrolled))
     with torch.no_grad():
         expected = module(*inputs)
-        got = looped.module()(*inputs)
+        got = loop_op.run_graph(looped.module(), *inputs)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
 
 
-def test_scan_refuses_unknown_program():
-    with pytest.raises(KeyError, match="no step program"):
-        scan_op.program(-1)
+def test_loop_node_runs_only_through_its_program():
+    module, inputs = _small("gru", T=5)
+    looped = decompose.decompose_recurrent(torch.export.export(module, inputs), "scan")
+    with pytest.raises(RuntimeError, match="runs through its step program"):
+        looped.module()(*inputs)
+    (node,) = [n for n in _calls(looped) if n.target is loop_op.OP]
+    node.meta["custom"].pop(loop_op.META_KEY)
+    with pytest.raises(ValueError, match="without its step program"):
+        loop_op.program_of(node)
 
 
 def _two_copies(template: TosaTemplate) -> bytes:
@@ -121,10 +128,9 @@ def test_scan_fp_tosa_matches_torch(kind, tmp_path):
 
 def test_scan_int_tosa_shares_one_state_quantization(tmp_path):
     module, inputs = _small("gru", T=6)
-    before = set(scan_op._PROGRAMS)
     result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path, strategy="scan")
     assert result.num_delegates == 1
-    (program,) = [p for k, p in scan_op._PROGRAMS.items() if k not in before and p.templates]
+    (program,) = result.loop_programs
     assert program.quant_config is not None
     (template,) = program.templates.values()
     h_in = template.input_quant[template.input_roles.index(0)]
@@ -134,7 +140,7 @@ def test_scan_int_tosa_shares_one_state_quantization(tmp_path):
     # (the first, from a zero state, is peeled into ordinary ops), each with its TABLEs
     step_tables = sum(1 for op in template.tosa.operators if op.op == ts.Op.TABLE)
     assert step_tables > 0 and result.tosa_op_counts["TABLE"] >= 5 * step_tables
-    # h' comes from a short elementwise tail (scan_tosa writes copies of it for h's readers
+    # h' comes from a short elementwise tail (loop.tosa writes copies of it for h's readers
     # that Vela would otherwise copy): the copies compute the same integers
     k = template.output_roles.index(0)
     tail = [template.tosa.operators[i].op for i in template.tosa.tail(k)]
@@ -247,7 +253,7 @@ def test_auto_unrolls_an_lstm_with_proj_size():
     with pytest.raises(SpecError, match=r"^lstm: attribute 'proj_size': the loop form needs"):
         decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "scan")
     ep = decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "auto")
-    assert not [n for n in _calls(ep) if n.target is scan_op.OP]
+    assert not [n for n in _calls(ep) if n.target is loop_op.OP]
     with torch.no_grad():
         x = torch.randn(1, 12, 4)
         torch.testing.assert_close(ep.module()(x), lstm(x), atol=1e-5, rtol=0)
@@ -312,9 +318,10 @@ def test_scan_with_only_the_final_state_read(kind, tmp_path):
     torch.manual_seed(0)
     module, inputs = _Classifier(kind).eval(), (torch.randn(1, 12, 6),)
     looped = decompose.decompose_recurrent(torch.export.export(module, inputs), "scan")
-    assert [n.target for n in _calls(looped)].count(scan_op.OP) == 1
+    assert [n.target for n in _calls(looped)].count(loop_op.OP) == 1
     with torch.no_grad():
-        torch.testing.assert_close(looped.module()(*inputs), module(*inputs), atol=1e-5, rtol=0)
+        got = loop_op.run_graph(looped.module(), *inputs)
+        torch.testing.assert_close(got, module(*inputs), atol=1e-5, rtol=0)
     result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="auto")
     assert result.num_delegates == 1 and result.cpu_nodes <= 2
     assert flow.check_numerics(result, module, inputs).sqnr_db > 30

@@ -15,8 +15,8 @@ from recurrent_lowering.tools import sqnr_attribution as sa
 def converted(tmp_path_factory):
     """(module, inputs, converted GraphModule) for tiny_gru with our decomposition."""
     module, inputs = models.build("tiny_gru")
-    spec = flow._compile_spec("TOSA-1.0+INT", tmp_path_factory.mktemp("tosa"), None, None)
-    qf, _ = flow._factories("ours", "TOSA-1.0+INT", None, None)
+    spec = flow.compile_spec("TOSA-1.0+INT", tmp_path_factory.mktemp("tosa"), None, None)
+    qf, _ = flow.factories("ours", "TOSA-1.0+INT", None, None)
     return module, inputs, sa.quantize(module, inputs, spec, qf)
 
 

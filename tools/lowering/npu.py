@@ -135,7 +135,6 @@ def _arm_factories(options, target: str):
     the state input's quantization, or with --keep_recurrent_on_cpu recurrent layers stay in
     float and the partitioner leaves them on the CPU."""
     from recurrent_lowering.backends.executorch_arm import arm_hooks
-    from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
 
     bits = options.recurrent_weight_bits
     emission = arm_hooks.emission_options(target, bits)
@@ -175,7 +174,7 @@ def _arm_factories(options, target: str):
         quantizers.append(arm_hooks.create_quantizer(spec, emission, strategy, state_bits, bits))
         return quantizers[-1]
 
-    quantizer_factory = rq.quantizer_factory(base_quantizer, keep_recurrent_on_cpu=keep)
+    quantizer_factory = arm_hooks.quantizer_factory(base_quantizer, keep_recurrent_on_cpu=keep)
     return quantizer_factory, partitioner_factory, partitioners, quantizers
 
 

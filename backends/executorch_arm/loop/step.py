@@ -1,10 +1,11 @@
-"""Lower a scan's step once, through ExecuTorch's own Arm flow, into a TOSA template.
+"""Lower a loop's step once, through ExecuTorch's own Arm flow, into a TOSA template.
 
 The step (state..., x_t) -> (state'...) is a graph of a dozen ops, so ExecuTorch lowers it in
 seconds whatever T is. Quantized, it is calibrated on the float inputs of every timestep the
-scan saw (scan_op records them), so all steps share one set of scales, and each state output
-shares its state input's quantization (RecurrentStateQuantizer): step t's output is step t+1's
-input with no requantization, exactly as a streaming model feeds h_n back as h0.
+loop saw (loop.op.run_graph records them), so all steps share one set of scales, and each
+state output shares its state input's quantization (RecurrentStateQuantizer): step t's
+output is step t+1's input with no requantization, exactly as a streaming model feeds h_n
+back as h0.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from typing import Optional
 
 import torch
 
-from . import scan_op
-from .recurrent_quantization import RecurrentStateQuantizer
+from ..edge_io import io_mapping
+from ..recurrent_quantization import RecurrentStateQuantizer
+from .op import StepProgram
 from .tosa_template import TosaTemplate
 
 
@@ -45,7 +47,7 @@ class _StepStateQuantizer(RecurrentStateQuantizer):
         return self.base.transform_for_annotation(model)
 
 
-def _example(program: scan_op.StepProgram) -> tuple:
+def _example(program: StepProgram) -> tuple:
     if program.samples:
         return program.samples[0]
     shapes = [ph.meta["val"].shape for ph in program.step.graph.find_nodes(op="placeholder")]
@@ -69,12 +71,14 @@ def _pin(prepared: torch.fx.GraphModule, pins: dict) -> None:
         observer.calculate_qparams = lambda s=scale, z=zero_point: (s, z)
 
 
-def _quantize(program: scan_op.StepProgram, compile_spec, example: tuple, pins: dict):
+def _quantize(program: StepProgram, compile_spec, example: tuple, pins: dict):
     from executorch.backends.arm.quantizer import TOSAQuantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     if not program.samples:
-        raise StepLoweringError("the scan was never run eagerly, so its step has no calibration")
+        raise StepLoweringError(
+            "the loop was never run (loop.op.run_graph), so its step has no calibration"
+        )
     base = TOSAQuantizer(compile_spec)
     base.set_global(program.step_config or program.quant_config)
     quantizer = _StepStateQuantizer(base, program.num_states)
@@ -87,16 +91,14 @@ def _quantize(program: scan_op.StepProgram, compile_spec, example: tuple, pins: 
 
 
 def lower(
-    program: scan_op.StepProgram, tosa_spec, quantized: bool, pins: Optional[dict] = None
+    program: StepProgram, tosa_spec, quantized: bool, pins: Optional[dict] = None
 ) -> StepTemplate:
     """The step of `program` as a TOSA template for `tosa_spec` (a TosaSpecification).
-    `pins` maps step inputs to the program's qparams at the scan's boundary (see _pin), so
-    the scan needs no rescale there."""
+    `pins` maps step inputs to the program's qparams at the loop's boundary (see _pin), so
+    the loop needs no rescale there."""
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
     from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
-
-    from .flow import _io_mapping
 
     spec = TosaCompileSpec(tosa_spec)
     example = _example(program)
@@ -108,7 +110,7 @@ def lower(
     )
     ep = edge.exported_program()
     lowered = [m for n, m in ep.graph_module.named_children() if n.startswith("lowered_module")]
-    mapping = _io_mapping(ep.graph_module.graph, list(ep.graph_signature.user_inputs))
+    mapping = io_mapping(ep.graph_module.graph, list(ep.graph_signature.user_inputs))
     if len(lowered) != 1 or mapping is None:
         raise StepLoweringError(
             f"the recurrent step did not lower to one TOSA delegate for {tosa_spec} "
@@ -129,7 +131,7 @@ def lower(
 
 
 def template(
-    program: scan_op.StepProgram, tosa_spec, quantized: bool, pins: Optional[dict] = None
+    program: StepProgram, tosa_spec, quantized: bool, pins: Optional[dict] = None
 ) -> StepTemplate:
     """lower(), cached on the program per (spec, quantized, pins)."""
     key = (str(tosa_spec), quantized, tuple(sorted((pins or {}).items())))

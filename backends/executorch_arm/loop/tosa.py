@@ -1,9 +1,9 @@
-"""TOSA for `recurrent_lowering::scan`: the step template written once per timestep.
+"""TOSA for `recurrent_lowering::loop`: the step template written once per timestep.
 
 Registered with ExecuTorch's public registries (importing this module is enough):
-`register_tosa_support_check` lets the Arm partitioners delegate the scan node and
+`register_tosa_support_check` lets the Arm partitioners delegate the loop node and
 `register_node_visitor` writes its TOSA. ExecuTorch's passes see one node per layer direction;
-the visitor lowers the step once (step_template) and instantiates it T times:
+the visitor lowers the step once (loop.step) and instantiates it T times:
 
     xs [T, B, G] -> RESHAPE [T*B, G] (none when xs is that view) -> (RESCALE to the step's
         x scale) -> SLICE rows per step
@@ -13,7 +13,7 @@ the visitor lowers the step once (step_template) and instantiates it T times:
 
 The rescales run once per layer, not per step; on a float TOSA profile there are none, and
 on an integer one the step takes the projection's and Y's scales where its own precision
-allows (step_template pins), so only h0's (one row) may be left.
+allows (loop.step pins), so only h0's (one row) may be left.
 
 Vela copies a value that has several readers when one of them is a RESHAPE (the step's h
 into the MATMUL's column) or a CONCAT (Y): 250 cycles each on U85 per step. So each looped
@@ -40,15 +40,16 @@ from executorch.exir.dialects._ops import ops as exir_ops
 
 from recurrent_lowering.runtime.quantization import QuantParams
 
-from . import scan_op, step_template
+from . import op as loop_op
+from . import step as loop_step
 from .tosa_template import RowView
 
-_EDGE_OP = exir_ops.edge.recurrent_lowering.scan.default
+_EDGE_OP = exir_ops.edge.recurrent_lowering.loop.default
 
 
 @register_tosa_support_check
-class ScanSupported(SupportedTOSAOperatorCheck):
-    """The scan node is delegated whenever its step is (checked when the step is lowered)."""
+class LoopSupported(SupportedTOSAOperatorCheck):
+    """The loop node is delegated whenever its step is (checked when the step is lowered)."""
 
     targets = [_EDGE_OP]
 
@@ -177,26 +178,26 @@ class _Writer:
 
 
 @register_node_visitor
-class ScanVisitor(NodeVisitor):
-    target = scan_op.EDGE_NAME
+class LoopVisitor(NodeVisitor):
+    target = loop_op.EDGE_NAME
 
     def define_node(self, node, tosa_graph: Any, inputs: List[TosaArg], output: TosaArg) -> None:
-        program = scan_op.program(node.args[3])
+        program, loop = loop_op.program_of(node), loop_op.LoopArgs.of(node)
         in_q = {k: _quant(v) for k, v in node.meta.get("input_qparams", {}).items()}
         out_q = _quant(node.meta.get("output_qparams", {}).get(0))
         n = program.num_states
         pins = {n: in_q.get(0)}  # x_t at the projection's scale; a lone h at the result's,
         # unless the initial h reaches beyond the result's range (a user's h0): pinned, the
         # step would clip it
-        if (n == 1 or not program.final_c) and _covers(out_q, in_q.get(1)):
+        if (n == 1 or not loop.final_c) and _covers(out_q, in_q.get(1)):
             pins[0] = out_q
         pins = {k: q for k, q in pins.items() if q is not None}
-        tpl = step_template.template(program, self.tosa_spec, bool(in_q), pins)
+        tpl = loop_step.template(program, self.tosa_spec, bool(in_q), pins)
         w = _Writer(tosa_graph, node.name)
         xs, states0 = inputs[0], [a for a in inputs[1:3] if a.name]
         rows, width = int(states0[0].shape[0]), int(xs.shape[-1])  # batch, gate width
         total = int(np.prod(xs.shape[:-1])) // rows  # the rows xs holds per batch row
-        steps, first = program.steps, program.first
+        steps, first = loop.steps, loop.first
         dtype = xs.dtype
 
         def role_quant(role):  # the step's qparams for step input `role`
@@ -211,7 +212,7 @@ class ScanVisitor(NodeVisitor):
         ]
         initial_h = states[0]  # in the step's h scale, as every step's h
         ys: list = [None] * steps
-        order = range(steps - 1, -1, -1) if program.reverse else range(steps)
+        order = range(steps - 1, -1, -1) if loop.reverse else range(steps)
         written: set = set()
         x_role = tpl.input_roles.index(n)
         view = tpl.tosa.only_sliced(x_role)  # the step slices x_t into gate blocks itself
@@ -245,16 +246,16 @@ class ScanVisitor(NodeVisitor):
             ys[t] = copies[h_out][0] if copies else states[0]
             private = {h_in: copies[h_out][1:]} if copies else None
         state_q = [tpl.output_quant[tpl.output_roles.index(i)] for i in range(n)]
-        if program.initial_in_ys:  # the given h is a row of Y too (a peeled first step's)
-            if role_quant(0) != state_q[0]:  # step_template shares them; checked, not assumed
+        if loop.initial_in_ys:  # the given h is a row of Y too (a peeled first step's)
+            if role_quant(0) != state_q[0]:  # loop.step shares them; checked, not assumed
                 raise ValueError(f"{node.name}: the step's h input and output scales differ")
-            ys = ys + [initial_h] if program.reverse else [initial_h] + ys
+            ys = ys + [initial_h] if loop.reverse else [initial_h] + ys
         hidden = int(output.shape[-1])
         state_dtype = _dtype_of(state_q[0], output.dtype)
         y_rows = len(ys) * rows
         parts = [w.concat(ys, 0, (y_rows, hidden), state_dtype)]
         parts = [w.rescale(parts[0], (y_rows, hidden), state_dtype, state_q[0], out_q)]
-        finals = range(1, n) if program.final_c else ()
+        finals = range(1, n) if loop.final_c else ()
         for i in finals:  # c_n after Y
             parts.append(w.rescale(states[i], (rows, hidden), output.dtype, state_q[i], out_q))
         total = y_rows + len(finals) * rows

@@ -1,0 +1,149 @@
+"""`recurrent_lowering::loop`: a recurrent layer direction's time loop as a single graph node.
+
+ExecuTorch's Arm passes cost about 40 ms per node, so an unrolled layer (T copies of the
+step) spends its lowering time there. In the loop form the core's loop body becomes a small
+GraphModule (a `StepProgram`, written by FxBuilder.loop) and the program holds one `loop`
+node per layer direction, so quantization, `to_edge` and the Arm passes see one node. The
+TOSA for the node is written by loop.tosa from the step lowered once and copied T times.
+
+    loop(xs [T0, B, G] or its view [T0*B, G], h [B, H], c [B, H] or None,
+         first, steps, reverse, initial_in_ys, final_c) -> [T (+1), B, H]
+
+The steps read rows first .. first + steps - 1 of xs (the loop starts after a peeled first
+step without a sliced copy of the projection). The result holds h after every step in time
+order (the layer's Y, of which the last step, or the first when reversed, is h_n; with
+`initial_in_ys` the given h too, as the first row or the last when reversed), then c_n when
+`final_c`.
+
+The StepProgram travels with the node, in `node.meta["custom"]` (which torch.export and
+ExecuTorch's passes carry over, as they do the Arm quantizer's own annotations): nothing
+is registered anywhere. The node is a lowering-time form, never saved; it runs eagerly
+only through `run_graph`, which also records each step's float inputs for the step's own
+quantization (calibration): one set of scales for every timestep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+from torch.fx import GraphModule, Interpreter, Node
+
+_LIB = torch.library.Library("recurrent_lowering", "DEF")
+_LIB.define(
+    "loop(Tensor xs, Tensor h, Tensor? c, int first, int steps, bool reverse, "
+    "bool initial_in_ys, bool final_c) -> Tensor"
+)
+
+OP = torch.ops.recurrent_lowering.loop.default
+EDGE_NAME = "recurrent_lowering.loop.default"  # the edge op's __name__ (node visitors' key)
+META_KEY = "recurrent_lowering_loop"  # node.meta["custom"][META_KEY]: the StepProgram
+
+
+@dataclasses.dataclass(eq=False)
+class StepProgram:
+    """One step of a layer direction: step(h, [c], x_t) -> (h', [c']), plus what lowering
+    learns about it (calibration samples, the quantization config, lowered templates)."""
+
+    step: GraphModule
+    num_states: int
+    samples: list = dataclasses.field(default_factory=list)  # tuples of step inputs
+    max_samples: int = 4096
+    quant_config: Optional[object] = None  # the Arm QuantizationConfig the layer was given
+    step_config: Optional[object] = None  # the step's own config (int16 state), else quant_config
+    templates: dict = dataclasses.field(default_factory=dict)  # loop.step's cache
+
+    def record(self, inputs: tuple) -> None:
+        if len(self.samples) < self.max_samples:
+            self.samples.append(tuple(t.detach().clone() for t in inputs))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopArgs:
+    """The loop node's arguments by name."""
+
+    xs: object
+    h: object
+    c: object
+    first: int
+    steps: int
+    reverse: bool
+    initial_in_ys: bool
+    final_c: bool
+
+    @classmethod
+    def of(cls, node: Node) -> "LoopArgs":
+        return cls(*node.args)
+
+
+def attach(node: Node, program: StepProgram) -> None:
+    custom = dict(node.meta.get("custom") or {})
+    custom[META_KEY] = program
+    node.meta["custom"] = custom
+
+
+def program_of(node: Node) -> StepProgram:
+    program = (node.meta.get("custom") or {}).get(META_KEY)
+    if program is None:
+        raise ValueError(
+            f"{node.name}: a recurrent_lowering.loop node without its step program (it was "
+            "made by another process or lost its node metadata)"
+        )
+    return program
+
+
+def run(p: StepProgram, args: LoopArgs, record: bool = True) -> torch.Tensor:
+    """The loop's value: every step's h in time order, then c_n if `final_c`."""
+    h, c = args.h, args.c
+    states = [h] if c is None else [h, c]
+    xs = args.xs
+    if xs.dim() == 2:  # the [T0*B, G] view of the projection
+        xs = xs.reshape(-1, h.shape[0], xs.shape[-1])
+    steps = range(args.steps)
+    ys: list = [None] * args.steps
+    for t in reversed(steps) if args.reverse else steps:
+        inputs = (*states, xs[args.first + t])
+        if record:
+            p.record(inputs)
+        states = list(p.step(*inputs))  # the step returns its new states as a tuple
+        ys[t] = states[0]
+    if args.initial_in_ys:
+        ys = ys + [h] if args.reverse else [h] + ys
+    return torch.stack(ys + (states[1:] if args.final_c else []), 0)
+
+
+class _Runner(Interpreter):
+    def __init__(self, module: GraphModule, record: bool):
+        super().__init__(module)
+        self.record = record
+
+    def call_function(self, target, args, kwargs):
+        if target is OP:
+            return run(program_of(self.current_node), LoopArgs(*args), self.record)
+        return super().call_function(target, args, kwargs)
+
+    def run_node(self, n: Node):
+        self.current_node = n
+        return super().run_node(n)
+
+
+def run_graph(module: GraphModule, *inputs, record: bool = True):
+    """`module` run eagerly, its loop nodes through their step programs, which record the
+    steps' inputs unless `record` is False (PT2E calibration of a program in the loop
+    form)."""
+    return _Runner(module, record).run(*inputs)
+
+
+@torch.library.impl(_LIB, "loop", "CompositeExplicitAutograd")
+def _loop(xs, h, c, first, steps, reverse, initial_in_ys, final_c):
+    raise RuntimeError(
+        "recurrent_lowering.loop runs through its step program: call loop.op.run_graph(module, "
+        "*inputs) instead of module(*inputs)"
+    )
+
+
+@torch.library.register_fake("recurrent_lowering::loop")
+def _loop_fake(xs, h, c, first, steps, reverse, initial_in_ys, final_c):
+    rows = steps + initial_in_ys + (c is not None and final_c)
+    return h.new_empty((rows, *h.shape))
