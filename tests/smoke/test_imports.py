@@ -1,16 +1,26 @@
 """The project's modules form no import cycle, and none takes a private name of another.
 
-Read from the source (function-level imports included, which a cycle hides behind), so a
-cycle fails here even when import order happens to work. Tests may reach into private
-names; the rest may not.
+Read from the checked-out source (function-level imports included, which a cycle hides
+behind), so a cycle fails here even when import order happens to work. Tests may reach
+into private names; the rest may not.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+def _root() -> pathlib.Path:
+    """The checked-out sources: under Bazel, where the WORKSPACE runfile points."""
+    if "TEST_SRCDIR" in os.environ:
+        runfile = pathlib.Path(os.environ["TEST_SRCDIR"], os.environ["TEST_WORKSPACE"], "WORKSPACE")
+        return runfile.resolve().parent
+    return pathlib.Path(__file__).resolve().parents[2]
+
+
+ROOT = _root()
 PACKAGE = "recurrent_lowering"
 SKIP = {"tests", "bazel", ".venv", ".tools", ".cache"}
 
