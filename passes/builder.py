@@ -29,6 +29,7 @@ SELECT = "select"  # less() and where(): masking for runtime sequence lengths
 SCAN = "scan"  # scan(): loop emission
 SCAN_WITH_INITIAL = "scan_with_initial"  # scan(..., initial_in_ys=True)
 POSITIONS = "positions"  # positions(): masking a loop whose length is known at run time
+LOOP_ROWS = "loop_rows"  # loop(): steps reading rows of a 2-D view, from a row on
 
 
 class RuntimeArray(np.ndarray):
@@ -120,6 +121,21 @@ class Builder(abc.ABC):
     @abc.abstractmethod
     def transpose(self, x: Value, perm: Sequence[int]) -> Value: ...
 
+    def reshape(self, x: Value, shape: Sequence[int]) -> Value:
+        """x viewed as `shape` (one dim may be -1)."""
+        raise NotImplementedError("reshape")
+
+    def split(self, x: Value, axis: int, sizes) -> list:
+        """Pieces of x along `axis`, each keeping it: `sizes`, or an int n for n equal
+        pieces (the default slices, which needs the axis' size)."""
+        if isinstance(sizes, int):
+            raise NotImplementedError("split into equal pieces of an unknown size")
+        out, start = [], 0
+        for size in sizes:
+            out.append(self.slice(x, axis, start, start + size))
+            start += size
+        return out
+
     def unstack(self, x: Value, axis: int, n: int) -> list:
         """The n slices of x along `axis` (static size n), each without that axis.
 
@@ -159,21 +175,19 @@ class Builder(abc.ABC):
     # --- optional: loops (capability SCAN) ---------------------------------------------------
     def loop(
         self,
-        body,
+        loop,
         carried: Sequence[Value],
         xs: Sequence[Value],
-        reverse: bool,
-        initial_in_ys: bool,
         outer: dict,
         used: Optional[frozenset] = None,
     ) -> tuple[list, list]:
-        """A loop over axis 0 of every value in `xs` (lax.scan / ONNX Scan semantics), whose
-        body is a `graph.Body` (program data): the builder makes an inner builder for it and
-        writes it with `translate.translate_body(body, inner, leaves, outer)`, `outer`
-        giving the values of the enclosing program's nodes the body reads. Returns
-        (final carried, per-step outputs stacked on axis 0, in time order even when
-        reverse). With `initial_in_ys` (capability SCAN_WITH_INITIAL; one y, which is the
-        new carried[0]) the ys also hold the initial carried[0], first in time order (last
-        when reverse). `used`: indices of the results (carried, then ys) the program
-        reads; a builder need not compute the others."""
+        """A loop node (`loop` is its graph.Loop: body, direction, where the steps read xs).
+        The body is program data: the builder makes an inner builder for it and writes it
+        with `translate.translate_body(loop.body, inner, leaves, outer)`, `outer` giving
+        the values of the enclosing program's nodes the body reads. Returns (final
+        carried, per-step outputs stacked on axis 0, in time order even when reverse).
+        `used`: indices of the results (carried, then ys) the program reads; a builder
+        need not compute the others. Capability SCAN; `initial_in_ys` needs
+        SCAN_WITH_INITIAL, `first`/`steps`/`rows_per_step` other than their defaults
+        LOOP_ROWS."""
         raise NotImplementedError(SCAN)

@@ -24,7 +24,7 @@ Node kinds (`op`) form a closed set, which is what an adapter translates (transl
   less where positions zeros_like_rows      masks for sequence lengths
   recurrence                  one layer direction over time (program.py); passes turn it
                               into unrolled steps or a `loop`
-  loop result                 a loop over axis 0 with a body graph; its k-th result
+  loop result                 a loop over time with a body graph (attrs: Loop); its k-th result
 
 Every node has `shape`, a tuple whose unknown dims are None (or None when the rank is
 unknown), so passes and translators need no shape inference of their own.
@@ -32,6 +32,7 @@ unknown), so passes and translators need no shape inference of their own.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -320,15 +321,20 @@ class Graph:
         u = self._node("unstack", (x,), (axis, n), x.shape)
         return [self._node("piece", (u,), (t,), piece) for t in range(n)]
 
-    def split(self, x, axis: int, sizes: Sequence[int]) -> list:
-        """Pieces of x along `axis` of the given sizes (together the whole axis)."""
+    def split(self, x, axis: int, sizes) -> list:
+        """Pieces of x along `axis`, each keeping it: `sizes` (together the whole axis), or
+        an int n for n equal pieces."""
         x = self.wrap(x)
-        s = self._node("split", (x,), (axis, tuple(sizes)), x.shape)
+        key = sizes if isinstance(sizes, int) else tuple(sizes)
+        s = self._node("split", (x,), (axis, key), x.shape)
+        count = key if isinstance(key, int) else len(key)
         pieces = []
-        for k, size in enumerate(sizes):
+        for k in range(count):
             shape = None
             if x.shape is not None:
                 a = _axis(x.shape, axis)
+                dim = x.shape[a]
+                size = (None if dim is None else dim // key) if isinstance(key, int) else key[k]
                 shape = x.shape[:a] + (size,) + x.shape[a + 1 :]
             pieces.append(self._node("piece", (s,), (k,), shape))
         return pieces
@@ -363,22 +369,45 @@ class Graph:
         return self._node("zeros_like_rows", (like,), (width,), (b, width))
 
     # --- loops ------------------------------------------------------------------------------
-    def loop(self, body: "Body", carried: Sequence, xs: Sequence, reverse: bool, **flags) -> list:
-        """A loop over axis 0 of `xs` (lax.scan semantics): body(carried, x slices) ->
-        (carried', ys). Returns [final carried..., ys stacked on axis 0...]; with
-        `initial_in_ys` the ys also hold the initial carried[0] (first in time order)."""
+    def loop(self, attrs: "Loop", carried: Sequence, xs: Sequence) -> list:
+        """A loop over `xs` (lax.scan semantics, see Loop): body(carried, x slices) ->
+        (carried', ys). Returns [final carried..., ys stacked on axis 0...]."""
         carried = [self.wrap(v) for v in carried]
         xs = [self.wrap(v) for v in xs]
-        n = None if not xs or xs[0].shape is None else xs[0].shape[0]
-        initial = bool(flags.get("initial_in_ys"))
-        node = self._node("loop", (*carried, *xs), (body, reverse, initial, len(carried)), None)
+        node = self._node("loop", (*carried, *xs), (attrs,), None)
         results = []
-        for k, out in enumerate(body.outputs):
+        for k, out in enumerate(attrs.body.outputs):
             shape = out.shape
             if k >= len(carried) and shape is not None:
-                shape = (None if n is None else n + initial,) + shape
+                steps = attrs.steps_of(xs[0].shape if xs else None)
+                shape = (None if steps is None else steps + attrs.initial_in_ys,) + shape
             results.append(self._node("result", (node,), (k,), shape))
         return results
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Loop:
+    """The attributes of a loop node. Each step reads the next slice of every sequence in
+    xs along axis 0, from row `first` on, for `steps` steps (None: to the end), in reverse
+    time order when `reverse`; with `rows_per_step` B the sequences are 2-D [T*B, X] views
+    and a step reads B rows. The ys hold each step's outputs in time order; with
+    `initial_in_ys` (one y, which is the new carried[0]) they also hold the initial
+    carried[0], first in time order (last when reverse)."""
+
+    body: "Body"
+    reverse: bool = False
+    initial_in_ys: bool = False
+    first: int = 0
+    steps: Optional[int] = None
+    rows_per_step: Optional[int] = None
+
+    def steps_of(self, xs_shape) -> Optional[int]:
+        if self.steps is not None:
+            return self.steps
+        if xs_shape is None or xs_shape[0] is None:
+            return None
+        rows = xs_shape[0] // (self.rows_per_step or 1)
+        return rows - self.first
 
 
 _IN_ARGS = "in args"  # a linear's weight or bias that is a node (a runtime weight)
@@ -429,15 +458,16 @@ def rebuild(outputs: Sequence, hook=None, graph: Optional[Graph] = None) -> list
     """The nodes reachable from `outputs`, built again through `graph`'s constructors (the
     outputs' own graph by default), so the algebra runs again over changed inputs.
 
-    `hook(node, args)`, given a node and its rebuilt inputs, returns a replacement or None
-    (rebuild as it is). Substituting leaves this way instantiates a step graph, and
+    `hook(node, args, new)`, given a node, its rebuilt inputs and `new` (the rebuilt
+    version of any node already visited), returns a replacement or None (rebuild as it
+    is). Substituting leaves this way instantiates a step graph, and
     replacing nodes of a kind is how passes transform a program. None outputs stay None."""
     target = graph or next(o.graph for o in outputs if o is not None)
     done: dict = {}  # id(node) -> rebuilt node (or, for multi-output parents, their list)
     order = reachable([o for o in outputs if o is not None])
     for node in order:
         args = tuple(done[id(a)] for a in node.args)
-        new = hook(node, args) if hook is not None else None
+        new = hook(node, args, lambda old: done[id(old)]) if hook is not None else None
         done[id(node)] = new if new is not None else _copy(target, node, args, done)
     return [None if o is None else done[id(o)] for o in outputs]
 
@@ -481,8 +511,10 @@ def _copy(g: Graph, node: Node, args: tuple, done: dict):
         return getattr(g, op)(args[0], *at)
     if op in ("concat", "stack"):
         return getattr(g, op)(list(args), *at)
-    if op in ("unstack", "split", "loop"):
-        return node  # a multi-output parent: its pieces and results rebuild it
+    if op in ("unstack", "split"):
+        return node  # a multi-output parent: its pieces rebuild it
+    if op == "loop":
+        return g._node(op, args, at, node.shape)
     if op == "recurrence":  # (program.py) passes expand it; until then it is carried over
         return g._node(op, args, at, node.shape)
     if op == "piece":
@@ -490,21 +522,10 @@ def _copy(g: Graph, node: Node, args: tuple, done: dict):
         source = done[id(parent.args[0])]
         make = g.unstack if parent.op == "unstack" else g.split
         return make(source, *parent.attrs)[at[0]]
-    if op == "result" and node.args[0].op == "recurrence":
+    if op == "result":  # of a loop or a recurrence, rebuilt over its new inputs
         return g._node(op, args, at, node.shape)
-    if op == "result":
-        return _loop_results(g, node.args[0], done)[at[0]]
     if op in ("positions",):
         return g.positions(args[0])
     if op == "zeros_like_rows":
         return g.zeros_like_rows(args[0], *at)
     raise AssertionError(f"cannot rebuild a {op} node")
-
-
-def _loop_results(g: Graph, loop: Node, done: dict) -> list:
-    key = ("loop", id(loop))
-    if key not in done:
-        body, reverse, initial, n = loop.attrs
-        args = [done[id(a)] for a in loop.args]
-        done[key] = g.loop(body, args[:n], args[n:], reverse, initial_in_ys=initial)
-    return done[key]

@@ -12,7 +12,7 @@ saves the concatenation of the peeled step's h with the loop's: see Graph.loop.
 
 from __future__ import annotations
 
-from .graph import Body, Graph, Node, rebuild
+from .graph import Body, Graph, Loop, Node, rebuild
 from .masks import SKIP, Mask, blend
 from .program import Recurrence, RecurrentProgram
 from .unroll import instantiate
@@ -22,7 +22,7 @@ def loop(program: RecurrentProgram, initial_in_ys: bool = False) -> RecurrentPro
     """Every recurrence of `program` as a loop node."""
     expanded: dict = {}
 
-    def hook(node: Node, args):
+    def hook(node: Node, args, new):
         if node.op == "result" and node.args[0].op == "recurrence":
             rec = node.args[0]
             if id(rec) not in expanded:
@@ -72,7 +72,7 @@ def _loop(g: Graph, node: Node, args, initial_in_ys: bool) -> list:
     with_initial = (
         initial_in_ys and want_y and y_first is not None and first_mask is None and mask is None
     )
-    results = g.loop(body, state, xs, r.reverse, initial_in_ys=with_initial)
+    results = g.loop(Loop(body, r.reverse, with_initial), state, xs)
     n = len(state)
     finals = results[:n]
     y = None
@@ -109,7 +109,7 @@ def _instantiate_in_body(step: Body, bg: Graph, leaves: list) -> list:
     stay external, read from the enclosing graph."""
     bound = {id(leaf): value for leaf, value in zip(step.inputs, leaves)}
 
-    def hook(node: Node, args):
+    def hook(node: Node, args, new):
         return bound.get(id(node))
 
     return rebuild(step.outputs, hook, graph=bg)

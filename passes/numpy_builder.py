@@ -1,7 +1,7 @@
 """A Builder that evaluates with numpy: the reference every adapter's tests compare against.
 
 Values are numpy arrays in the builder's float dtype (float32 unless asked otherwise).
-Supports SELECT, SCAN and POSITIONS, so every strategy runs here.
+Supports every capability, so every strategy and tuning runs here.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .builder import POSITIONS, SCAN, SELECT, Builder, RuntimeArray
+from .builder import LOOP_ROWS, POSITIONS, SCAN, SCAN_WITH_INITIAL, SELECT, Builder, RuntimeArray
 
 
 class NumpyBuilder(Builder):
-    capabilities = frozenset({SELECT, SCAN, POSITIONS})
+    capabilities = frozenset({SELECT, SCAN, SCAN_WITH_INITIAL, POSITIONS, LOOP_ROWS})
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
@@ -101,25 +101,38 @@ class NumpyBuilder(Builder):
     def where(self, cond, a, b):
         return np.where(cond, a, b).astype(self.dtype)
 
-    def loop(self, body, carried, xs, reverse, initial_in_ys, outer, used=None):
+    def reshape(self, x, shape):
+        return np.reshape(x, shape)
+
+    def split(self, x, axis, sizes):
+        if isinstance(sizes, int):
+            return np.split(x, sizes, axis=axis)
+        return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+    def loop(self, loop, carried, xs, outer, used=None):
         from .translate import translate_body
 
         carried = list(carried)
         initial = carried[0]
-        steps = range(xs[0].shape[0])
+        if loop.rows_per_step:  # [T*B, X] views: back to [T, B, X]
+            xs = [np.reshape(x, (-1, loop.rows_per_step) + np.shape(x)[1:]) for x in xs]
+        n = xs[0].shape[0] - loop.first if loop.steps is None else loop.steps
+        xs = [x[loop.first : loop.first + n] for x in xs]
+        steps = range(n)
         ys = []
-        for t in reversed(steps) if reverse else steps:
+        leaves = carried
+        for t in reversed(steps) if loop.reverse else steps:
             leaves = [*carried, *(x[t].view(RuntimeArray) for x in xs)]
-            carried, y = translate_body(body, self, leaves, outer)
+            carried, y = translate_body(loop.body, self, leaves, outer)
             ys.append(y)
         if not ys:  # zero iterations: the body once on zeros for the outputs' shapes
             zeros = [np.zeros(x.shape[1:], x.dtype).view(RuntimeArray) for x in xs]
-            _, y = translate_body(body, self, [*carried, *zeros], outer)
+            _, y = translate_body(loop.body, self, [*carried, *zeros], outer)
             return carried, [np.zeros((0,) + np.shape(v), self.dtype) for v in y]
-        if reverse:
+        if loop.reverse:
             ys.reverse()
         stacked = [np.stack([y[k] for y in ys]) for k in range(len(ys[0]))]
-        if initial_in_ys:  # the initial h is a row of Y too: first in time order
-            parts = [stacked[0], initial[None]] if reverse else [initial[None], stacked[0]]
+        if loop.initial_in_ys:  # the initial h is a row of Y too: first in time order
+            parts = [stacked[0], initial[None]] if loop.reverse else [initial[None], stacked[0]]
             stacked[0] = np.concatenate(parts)
         return carried, stacked

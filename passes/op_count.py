@@ -121,12 +121,19 @@ class CountingBuilder(Builder):
     def where(self, cond, a, b):
         return self._op("where")
 
-    def loop(self, body, carried, xs, reverse, initial_in_ys, outer, used=None):
+    def reshape(self, x, shape):
+        return self._op("reshape")
+
+    def split(self, x, axis, sizes):
+        self._op("split")
+        return [_Token("piece") for _ in range(sizes if isinstance(sizes, int) else len(sizes))]
+
+    def loop(self, loop, carried, xs, outer, used=None):
         from .translate import translate_body
 
         inner = CountingBuilder(self.capabilities, self.dtype)
         self.bodies.append(inner)
         leaves = [*carried, *(_Token("x") for _ in xs)]
-        new_carried, ys = translate_body(body, inner, leaves, outer)
+        new_carried, ys = translate_body(loop.body, inner, leaves, outer)
         self._op("scan")
         return [_Token("carried") for _ in new_carried], [_Token("ys") for _ in ys]

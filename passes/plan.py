@@ -28,6 +28,8 @@ class Plan:
     split_projections: bool = False
     split_products: bool = False
     loop_initial_in_ys: bool = False  # the loop's ys may start with its initial h
+    row_views: Optional[str] = None  # "static" (batch size known) | "any" | None
+    loop_rows: bool = False  # loops read rows in place, through the row view
     # spec -> why the loop form cannot take it (None: it can), for "auto"
     loop_takes: Callable[[RecurrentSpec], Optional[str]] = lambda spec: None
 
@@ -54,5 +56,11 @@ def lower(program: RecurrentProgram, plan: Plan) -> RecurrentProgram:
     if plan.split_projections:
         program = tunings.split_projections(program)
     if plan.form(program.spec) == "unrolled":
-        return unroll(program)
-    return loop(program, initial_in_ys=plan.loop_initial_in_ys)
+        program = unroll(program)
+    else:
+        program = loop(program, initial_in_ys=plan.loop_initial_in_ys)
+    if plan.row_views:
+        program = tunings.row_views(program, static_batch=plan.row_views == "static")
+    if plan.loop_rows:
+        program = tunings.loop_rows(program)
+    return program

@@ -70,25 +70,25 @@ def build(
     spec: RecurrentSpec,
     weights: Sequence[Sequence[LayerWeights]],
     dtype=np.float32,
-    x_shape=None,
-    state_shape=None,
+    shapes: Optional[dict] = None,
     sequence_lens: Union[None, np.ndarray, str] = None,
 ) -> RecurrentProgram:
     """The program of a stack. Its inputs are named "x", "h0", "c0" (when the spec has
     them) and "sequence_lens" (when the lengths are known only at run time: pass "input";
-    constant lengths are an int array). Runtime weights (weights.Lazy) become nodes."""
+    constant lengths are an int array). Runtime weights (weights.Lazy) become nodes.
+    `shapes` gives the inputs' static shapes by name (dims None where unknown)."""
     g = Graph(dtype)
-    return _Stack(g, spec, weights, sequence_lens, x_shape, state_shape).run()
+    return _Stack(g, spec, weights, sequence_lens, shapes or {}).run()
 
 
 class _Stack:
-    def __init__(self, g: Graph, spec, weights, lens, x_shape, state_shape):
+    def __init__(self, g: Graph, spec, weights, lens, shapes: dict):
         self.g, self.spec = g, spec
         self.D, self.T = spec.num_directions, spec.seq_len
         self.sa = 1 if spec.layout.state_batch_first else 0  # layer*direction axis of states
-        self.x = g.input("x", x_shape)
-        self.h0 = g.input("h0", state_shape) if spec.has_initial_h else g.ZERO
-        self.c0 = g.input("c0", state_shape) if spec.has_initial_c else g.ZERO
+        self.x = g.input("x", shapes.get("x"))
+        self.h0 = g.input("h0", shapes.get("h0")) if spec.has_initial_h else g.ZERO
+        self.c0 = g.input("c0", shapes.get("c0")) if spec.has_initial_c else g.ZERO
         if isinstance(lens, str):
             lens = g.input("sequence_lens", (None,))
         self.lens = Lens(g, lens, self.T)

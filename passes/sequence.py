@@ -40,13 +40,15 @@ def emit(
     sequence_lens: Union[None, np.ndarray, Value] = None,
     strategy: str = "unrolled",
     plan: Optional[Plan] = None,
+    shapes: Optional[dict] = None,
 ) -> Outputs:
     """Emit a recurrent layer stack through `builder`.
 
     weights[layer][direction] are canonical LayerWeights; x, initial_h, initial_c are builder
     values in the spec's IOLayout; sequence_lens is None, a numpy int array (constant) or a
     builder value. strategy: "unrolled" (needs spec.seq_len) or "loop" (needs SCAN), or a
-    `plan` with the target's tunings.
+    `plan` with the target's tunings. `shapes`: the static shapes of "x" and "h0" (and
+    "c0"), dims None where unknown, which tunings that depend on sizes need.
     """
     if plan is None:
         try:
@@ -60,6 +62,7 @@ def emit(
         spec,
         weights,
         builder.dtype,
+        shapes=shapes,
         sequence_lens="input" if runtime_lens else sequence_lens,
     )
     program = lower(program, dataclasses.replace(plan, strategy=form))
@@ -75,6 +78,7 @@ def emit_step(
     h: Optional[Value] = None,
     c: Optional[Value] = None,
     plan: Optional[Plan] = None,
+    shapes: Optional[dict] = None,
 ) -> Outputs:
     """One timestep with explicit state in and out (streaming): x_t is X with T = 1 in the
     spec's layout, h and c the states in the spec's state layout (None: zero). Returns
@@ -83,4 +87,4 @@ def emit_step(
         spec, seq_len=1, has_initial_h=h is not None, has_initial_c=c is not None
     )
     plan = dataclasses.replace(plan or Plan(), strategy="unrolled")
-    return emit(builder, spec, weights, x_t, h, c, None, plan=plan)
+    return emit(builder, spec, weights, x_t, h, c, None, plan=plan, shapes=shapes)

@@ -76,10 +76,11 @@ class _Translator:
         if op in ("piece", "result"):
             return args[0][at[0]]
         if op == "loop":
-            body, reverse, initial, n = at
-            outer = {id(v): self._outer(v) for v in _externals(body)}
+            loop = at[0]
+            n = loop.body.num_carried
+            outer = {id(v): self._outer(v) for v in _externals(loop.body)}
             used = frozenset(self._used.get(id(node), ()))
-            carried, ys = b.loop(body, args[:n], args[n:], reverse, initial, outer, used)
+            carried, ys = b.loop(loop, args[:n], args[n:], outer, used)
             return [*carried, *ys]
         raise AssertionError(f"no translation for a {op} node")
 

@@ -12,6 +12,14 @@ split_products          one recurrent product per activation group (GRU [r|z] an
 Both are one rewrite: a `linear` whose every reader takes a column block of it
 (slice of the last axis) becomes one linear per block, each with its rows of the weight
 and bias.
+
+row_views               a sequence's steps as row blocks of its 2-D [T*B, X] view (one
+                        reshape and one split), Y as one concatenation of the steps' rows
+                        and a reshape: no per-step reshape in the graph (both adapters).
+loop_rows               a loop reads the rows of the sequence it steps through in place
+                        (`first`, no sliced copy after a peeled step) and through the same
+                        [T*B, G] view as the peeled step's row: Vela copies a reshape whose
+                        input has other readers (gru_a on U85: a 6,712-cycle copy).
 """
 
 from __future__ import annotations
@@ -69,7 +77,7 @@ def _rows(g, w, start: int, end: int, bias: bool = False):
 
 
 def _split_hook(readers: dict, wanted):
-    def hook(node: Node, args):
+    def hook(node: Node, args, new):
         if node.op != "slice" or not _splittable(node.args[0], readers, wanted):
             return None
         if args[0].op != "linear":  # the rebuilt product folded away
@@ -103,7 +111,7 @@ def _map_steps(program: RecurrentProgram, fn) -> RecurrentProgram:
     """`fn` applied to the step graph of every recurrence."""
     done: dict = {}
 
-    def hook(node: Node, args):
+    def hook(node: Node, args, new):
         if node.op != "recurrence":
             return None
         r: Recurrence = node.attrs[0]
@@ -112,3 +120,107 @@ def _map_steps(program: RecurrentProgram, fn) -> RecurrentProgram:
         return node.graph._node("recurrence", args, (done[id(r)],), node.shape)
 
     return program.replace(rebuild(program.outputs, hook))
+
+
+def _static(shape, *dims) -> bool:
+    return shape is not None and all(isinstance(shape[d], int) for d in dims)
+
+
+def row_views(program: RecurrentProgram, static_batch: bool) -> RecurrentProgram:
+    """Steps as rows of a 2-D view; `static_batch`: only where the batch size is known (a
+    target whose views take no run-time size)."""
+    batch = (1,) if static_batch else ()
+
+    def hook(node: Node, args, new):
+        g = node.graph
+        if node.op == "piece" and node.args[0].op == "unstack":
+            unstack = node.args[0]
+            (axis, n), source = unstack.attrs, unstack.args[0]
+            if axis != 0 or n == 1 or len(source.shape or ()) != 3:
+                return None
+            if not _static(source.shape, 0, 2, *batch):
+                return None
+            T, B, G = source.shape
+            rows = g.reshape(new(source), [T * B if static_batch else -1, G])
+            return g.split(rows, 0, n)[node.attrs[0]]
+        if node.op == "stack" and node.attrs[0] == 0 and len(node.args) > 1:
+            shapes = {a.shape for a in node.args}
+            (shape,) = shapes if len(shapes) == 1 else (None,)
+            if shape is None or len(shape) != 2 or not _static(shape, 1, *(0,) * static_batch):
+                return None
+            B, H = shape
+            return g.reshape(g.concat(list(args), 0), [len(args), B if static_batch else -1, H])
+        return None
+
+    return program.replace(rebuild(program.outputs, hook))
+
+
+def loop_rows(program: RecurrentProgram) -> RecurrentProgram:
+    readers = _readers(program.outputs)
+    plans: dict = {}  # id(loop) -> (first, steps, source, batch or None)
+    rows: dict = {}  # id(squeeze of a peeled row) -> (source, t, batch)
+    for node in reachable([o for o in program.outputs if o is not None]):
+        if node.op != "loop" or len(node.args) != node.attrs[0].body.num_carried + 1:
+            continue
+        loop, xs = node.attrs[0], node.args[-1]
+        first, steps, source = 0, None, xs
+        if xs.op == "slice" and xs.attrs[0] == 0 and readers.get(id(xs)) == [node]:
+            _, start, end = xs.attrs
+            dim = _dim0(xs.args[0])
+            if dim is not None and 0 <= start < end <= dim:
+                first, steps, source = start, end - start, xs.args[0]
+        reader = xs if source is not xs else node  # what reads source for the loop
+        batch = _row_view(source, reader, readers)
+        if batch is not None:
+            for squeeze in _peeled_rows(source, reader, readers):
+                rows[id(squeeze)] = (source, squeeze.args[0].attrs[1], batch)
+        if (first, steps, batch) != (loop.first, loop.steps, None):
+            plans[id(node)] = (first, steps, source, batch)
+
+    def view(g, source: Node, new):
+        T, B, G = source.shape
+        return g.reshape(new(source), [T * B, G])
+
+    def hook(node: Node, args, new):
+        g = node.graph
+        if node.op == "loop" and id(node) in plans:
+            first, steps, source, batch = plans[id(node)]
+            xs = view(g, source, new) if batch is not None else new(source)
+            loop = dataclasses.replace(node.attrs[0], first=first, steps=steps, rows_per_step=batch)
+            return g._node("loop", (*args[:-1], xs), (loop,), None)
+        if node.op == "squeeze" and id(node) in rows:
+            source, t, batch = rows[id(node)]
+            return g.slice(view(g, source, new), 0, t * batch, (t + 1) * batch)
+        return None
+
+    return program.replace(rebuild(program.outputs, hook))
+
+
+def _dim0(node: Node):
+    return None if node.shape is None else node.shape[0]
+
+
+def _row_view(source: Node, loop: Node, readers: dict):
+    """B when the loop (`loop`: its reader of source) can read `source` [T, B, G] as its
+    [T*B, G] view: a computed value of static shape whose other readers only take one row
+    of it (a peeled step)."""
+    if source.op in ("input", "external") or not _static(source.shape, 0, 1, 2):
+        return None
+    if len(source.shape) != 3:
+        return None
+    others = [u for u in readers.get(id(source), []) if u is not loop]
+    if len(_peeled_rows(source, loop, readers)) != len(others):
+        return None
+    return source.shape[1]
+
+
+def _peeled_rows(source: Node, loop: Node, readers: dict) -> list:
+    """The squeeze(slice(source, 0, t, t + 1), 0) readers of source: rows read outside."""
+    out = []
+    for u in readers.get(id(source), []):
+        if u is loop or u.op != "slice" or u.attrs[0] != 0 or u.attrs[2] - u.attrs[1] != 1:
+            continue
+        users = readers.get(id(u), [])
+        if len(users) == 1 and users[0].op == "squeeze" and users[0].attrs[0] == 0:
+            out.append(users[0])
+    return out

@@ -19,7 +19,7 @@ def instantiate(body: Body, g: Graph, leaves: list) -> list:
     leaves stand for the nodes of `g` they name."""
     bound = {id(leaf): value for leaf, value in zip(body.inputs, leaves)}
 
-    def hook(node: Node, args):
+    def hook(node: Node, args, new):
         if node.op == "external" and isinstance(node.attrs[0], Node):
             return node.attrs[0]
         return bound.get(id(node))
@@ -31,7 +31,7 @@ def unroll(program: RecurrentProgram) -> RecurrentProgram:
     """Every recurrence of `program` as T steps (T must be static)."""
     expanded: dict = {}  # id(recurrence node) -> its results
 
-    def hook(node: Node, args):
+    def hook(node: Node, args, new):
         if node.op == "result" and node.args[0].op == "recurrence":
             rec = node.args[0]
             if id(rec) not in expanded:  # args[0]: the recurrence over rebuilt inputs

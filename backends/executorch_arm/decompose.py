@@ -290,9 +290,23 @@ def resolve_strategy(strategy: str, spec) -> str:
 
 def arm_plan(strategy: str) -> Plan:
     """How the Arm flow writes recurrent layers: one input projection per direction (Vela
-    copies a column slice of a shared one), and a loop's initial h in its ys (one copy
-    less per step on Ethos-U)."""
-    return Plan(strategy=strategy, split_projections=True, loop_initial_in_ys=True)
+    copies a column slice of a shared one), a loop's initial h in its ys (one copy less
+    per step on Ethos-U), steps as row blocks of 2-D views and loops reading their rows in
+    place (Vela copies reshapes with other readers)."""
+    return Plan(
+        strategy=strategy,
+        split_projections=True,
+        loop_initial_in_ys=True,
+        row_views="static",
+        loop_rows=True,
+    )
+
+
+def _shape(v) -> Optional[tuple]:
+    """A node's static shape for the core: dims that are symbols become None."""
+    if not isinstance(v, Node):
+        return None
+    return tuple(d if isinstance(d, int) else None for d in _val(v).shape)
 
 
 def _replace(
@@ -315,10 +329,11 @@ def _replace(
         if is_cell:  # one step of a sequence: [B, I] -> [1, B, I], states [1, B, H]
             x, h0, c0 = (None if v is None else b.unsqueeze(v, 0) for v in (x, h0, c0))
         plan = arm_plan({"scan": "loop"}.get(strategy, strategy))
+        shapes = {"x": _shape(x), "h0": _shape(h0), "c0": _shape(c0)}
         if is_cell:
-            out = passes.emit_step(b, spec, weights, x, h0, c0, plan=plan)
+            out = passes.emit_step(b, spec, weights, x, h0, c0, plan=plan, shapes=shapes)
         else:
-            out = passes.emit(b, spec, weights, x, h0, c0, plan=plan)
+            out = passes.emit(b, spec, weights, x, h0, c0, plan=plan, shapes=shapes)
         results = {0: out.y, 1: out.h, 2: out.c}
         if is_cell:
             results = {0: out.h, 1: out.c} if spec.cell is CellKind.LSTM else {0: out.h}

@@ -48,6 +48,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
 from recurrent_lowering.passes.builder import (
+    LOOP_ROWS,
     SCAN,
     SCAN_WITH_INITIAL,
     SELECT,
@@ -223,7 +224,7 @@ class ModuleConstants(ConstantSink):
 class FxBuilder(Builder):
     """Emits ATen call_function nodes at the graph's current insertion point."""
 
-    capabilities = frozenset({SELECT, SCAN, SCAN_WITH_INITIAL})
+    capabilities = frozenset({SELECT, SCAN, SCAN_WITH_INITIAL, LOOP_ROWS})
 
     def __init__(
         self,
@@ -374,28 +375,19 @@ class FxBuilder(Builder):
     def transpose(self, x, perm):
         return self.call(aten.permute.default, self._node(x), list(perm))
 
-    def unstack(self, x, axis, n):
-        """Steps of a static [T, B, X] along axis 0 as row slices of its [T*B, X] view."""
-        x = self._node(x)
-        shape = self._shape(x)
-        if axis != 0 or len(shape) != 3 or not all(isinstance(d, int) for d in shape):
-            return super().unstack(x, axis, n)
-        flat = self._view(x, [shape[0] * shape[1], shape[2]])
-        rows = shape[1]
-        return [self.call(aten.slice.Tensor, flat, 0, t * rows, (t + 1) * rows) for t in range(n)]
+    def reshape(self, x, shape):
+        return self._view(self._node(x), shape)
 
-    def stack(self, xs, axis):
-        """[B, X] steps into [T, B, X] along axis 0: one concat of rows and a view."""
-        xs = [self._node(x) for x in xs]
-        shapes = [tuple(self._shape(x)) for x in xs]
-        static = all(isinstance(d, int) for s in shapes for d in s)  # as unstack: no SymInts
-        if axis != 0 or len(xs) == 1 or not static or len(set(shapes)) != 1 or len(shapes[0]) != 2:
-            return super().stack(xs, axis)
-        rows, width = shapes[0]
-        return self._view(self.call(aten.cat.default, xs, 0), [len(xs), rows, width])
+    def split(self, x, axis, sizes):
+        """Row blocks: slices (views) along `axis`, equal ones when `sizes` is a count."""
+        x = self._node(x)
+        if isinstance(sizes, int):
+            size = self._shape(x)[axis] // sizes
+            sizes = [size] * sizes
+        return super().split(x, axis, sizes)
 
     # --- loops ------------------------------------------------------------------------------
-    def loop(self, body, carried, xs, reverse, initial_in_ys, outer, used=None):
+    def loop(self, loop, carried, xs, outer, used=None):
         """One `recurrent_lowering::loop` node running the body as a GraphModule (loop.op).
         `used`: the results anything reads (c_n read by nobody is not returned)."""
         from .loop import op as loop_op
@@ -406,81 +398,40 @@ class FxBuilder(Builder):
                 self.layer, "sequence_lens", "the loop form takes one input sequence without masks"
             )
         xs = self._node(xs[0])
-        step = self._step_module(body, carried, xs, outer)
         h_shape = self._shape(carried[0])
         if any(self._shape(v) != h_shape for v in carried):
             raise SpecError(self.layer, "proj_size", "the loop form needs h and c of one shape")
-        steps, first = self._shape(xs)[0], 0
-        if xs.target is aten.slice.Tensor and xs.args[1] == 0 and len(xs.users) == 0:
-            source, start = xs.args[0], xs.args[2] or 0  # rows of the projection: read them
-            if 0 <= start and start + steps <= self._shape(source)[0]:  # in place, no slice
-                self.graph.erase_node(xs)
-                self.nodes.remove(xs)
-                xs, first = source, start
-        xs = self._rows_view(xs, h_shape[0])
+        rows = loop.rows_per_step
+        step_x = xs.meta["val"][:rows] if rows else xs.meta["val"][0]
+        step = self._step_module(loop.body, carried, step_x, outer)
+        steps = loop.steps_of(self._shape(xs))
         final_c = len(carried) > 1 and (used is None or 1 in used)
         c = carried[1] if len(carried) > 1 else None
-        args = (xs, carried[0], c, first, steps, reverse, initial_in_ys, final_c)
-        node = self.call(loop_op.OP, *args)
+        reverse, initial = loop.reverse, loop.initial_in_ys
+        node = self.call(
+            loop_op.OP, xs, carried[0], c, loop.first, steps, reverse, initial, final_c
+        )
         loop_op.attach(node, loop_op.StepProgram(step, len(carried)))
-        rows = steps + initial_in_ys  # rows of Y in the result
-        ys = self.slice(node, 0, 0, rows) if final_c else node
-        last = 0 if reverse else rows - 1
+        y_rows = steps + initial  # rows of Y in the result
+        ys = self.slice(node, 0, 0, y_rows) if final_c else node
+        last = 0 if reverse else y_rows - 1
         final = [self.squeeze(self.slice(ys, 0, last, last + 1), 0)]
         if final_c:
-            final.append(self.squeeze(self.slice(node, 0, rows, rows + 1), 0))
+            final.append(self.squeeze(self.slice(node, 0, y_rows, y_rows + 1), 0))
         elif len(carried) > 1:
             final.append(None)  # c_n: read by nobody
         return final, [ys]
 
-    def _rows_view(self, xs: Node, batch: int) -> Node:
-        """xs [T, B, G] as its [T*B, G] view, also for the rows read outside the loop.
-
-        Vela copies a reshape whose input has other readers. The loop's TOSA reads xs as
-        rows of a 2-D tensor, and a peeled first step slices its row out of xs too; if both
-        read one [T*B, G] view, the only reader of the projection is that view's reshape,
-        which Vela then elides (gru_a on U85: a 6,712-cycle copy). Row reads outside the
-        loop, slice(xs, 0, s, s+1) -> squeeze(0), become slice(view, 0, s*B, (s+1)*B)."""
-        shape = self._shape(xs)
-        if xs.op != "call_function" or len(shape) != 3 or shape[1] != batch:
-            return xs
-        rows = []
-        for user in list(xs.users):
-            squeezes = list(user.users)
-            if not (
-                user.target is aten.slice.Tensor
-                and len(user.args) == 4
-                and user.args[1] == 0
-                and user.args[3] - user.args[2] == 1
-                and len(squeezes) == 1
-                and squeezes[0].target is aten.squeeze.dims
-                and list(squeezes[0].args[1]) == [0]
-            ):
-                return xs  # another reader: keep the 3-D form
-            rows.append((user, squeezes[0]))
-        with self.graph.inserting_after(xs):
-            view = self._view(xs, [shape[0] * batch, shape[2]])
-        for sliced, squeezed in rows:
-            start = sliced.args[2] * batch
-            with self.graph.inserting_after(view):
-                row = self.slice(view, 0, start, start + batch)
-            squeezed.replace_all_uses_with(row)
-            for dead in (squeezed, sliced):
-                self.graph.erase_node(dead)
-                self.nodes.remove(dead)
-        return view
-
-    def _step_module(self, body, carried: list, xs: Node, outer: dict) -> GraphModule:
+    def _step_module(self, body, carried: list, step_x, outer: dict) -> GraphModule:
         """The loop body as a GraphModule (state..., x_t) -> (state'...). The loop's result
         holds each step's h: a step's y must be its new h, or absent (Y unread, e.g. a
         classifier on h_n only)."""
         module = GraphModule(torch.nn.Module(), Graph())
         graph = module.graph
         inputs = []
-        for i, v in enumerate([*carried, xs]):
+        for i, val in enumerate([*(v.meta["val"] for v in carried), step_x]):
             ph = graph.placeholder("x_t" if i == len(carried) else f"state{i}")
-            val = v.meta["val"]
-            ph.meta["val"] = val[0] if v is xs else val
+            ph.meta["val"] = val
             inputs.append(ph)
         b = FxBuilder(
             graph,

@@ -498,40 +498,35 @@ class OnnxBuilder(Builder):
             return self._node("Unsqueeze", [x], self.elem_type(x), out, axes=[axis])
         return self._node("Unsqueeze", [x, self._ints([axis])], self.elem_type(x), out)
 
-    def unstack(self, x, axis, n):
-        """Time steps of [T, B, G] as [B, G] pieces with two nodes for the whole sequence:
-        Reshape to [T*B, G] (rows are time-major) and one equal Split into T parts."""
-        shape = self.shape(x)
-        if n == 1 or axis != 0 or shape is None or len(shape) != 3 or shape[2] is None:
-            return super().unstack(x, axis, n)
-        if self.opset < 5:
-            return super().unstack(x, axis, n)
-        rows = self._reshape(x, [-1, shape[2]], (_mul(shape[0], shape[1]), shape[2]))
-        outs = [self.names.new(f"{self.prefix}/Split") for _ in range(n)]
-        name = self.names.new(f"{self.prefix}/Split_node")
-        if self.opset >= 18:
-            node = helper.make_node("Split", [rows], outs, name=name, axis=0, num_outputs=n)
-        else:  # no sizes: equal parts, one per output
-            node = helper.make_node("Split", [rows], outs, name=name, axis=0)
-        self.nodes.append(node)
-        for out in outs:
-            self.types[out] = (self.elem_type(x), (shape[1], shape[2]))
-        return outs
+    def reshape(self, x, shape):
+        dims = self.shape(x)
+        out = tuple(None if d == -1 else d for d in shape)
+        if dims is not None and -1 in shape and None not in dims:  # the -1 dim, computed
+            known = int(np.prod([d for d in shape if d != -1]))
+            out = tuple(int(np.prod(dims)) // known if d == -1 else d for d in shape)
+        return self._reshape(x, list(shape), out)
 
-    def stack(self, xs, axis):
-        """[B, H] steps into [T, B, H]: one Concat of rows and one Reshape."""
-        xs = list(xs)
-        shapes = [self.shape(v) for v in xs]
-        if (
-            axis != 0
-            or len(xs) < 2
-            or self.opset < 5
-            or any(s is None or len(s) != 2 or s[1] is None for s in shapes)
-        ):
-            return super().stack(xs, axis)
-        rows = self.concat(xs, 0)
-        h = shapes[0][1]
-        return self._reshape(rows, [len(xs), -1, h], (len(xs), shapes[0][0], h))
+    def split(self, x, axis, sizes):
+        """One Split: equal pieces when `sizes` is a count (Split-18's num_outputs, or no
+        sizes before), else those sizes."""
+        if not isinstance(sizes, int):
+            outs = [self.names.new(f"{self.prefix}/Split") for _ in sizes]
+            self.nodes.append(self._split_node(x, axis, list(sizes), outs))
+            shapes = [_resized(self.shape(x), axis, size) for size in sizes]
+        else:
+            outs = [self.names.new(f"{self.prefix}/Split") for _ in range(sizes)]
+            name = self.names.new(f"{self.prefix}/Split_node")
+            if self.opset >= 18:
+                node = helper.make_node("Split", [x], outs, name=name, axis=axis, num_outputs=sizes)
+            else:  # no sizes: equal parts, one per output
+                node = helper.make_node("Split", [x], outs, name=name, axis=axis)
+            self.nodes.append(node)
+            dim = (self.shape(x) or (None,) * (axis + 1))[axis]
+            piece = None if dim is None else dim // sizes
+            shapes = [_resized(self.shape(x), axis, piece)] * sizes
+        for out, shape in zip(outs, shapes):
+            self.types[out] = (self.elem_type(x), shape)
+        return outs
 
     def _reshape(self, x, target, out_shape):
         return self._node("Reshape", [x, self._ints(target)], self.elem_type(x), out_shape)
@@ -585,13 +580,12 @@ class OnnxBuilder(Builder):
         return self._node("Where", [cond, a, b], elem, shape)
 
     # --- loops ----------------------------------------------------------------------------------
-    def loop(
-        self, body, carried, xs, reverse, initial_in_ys, outer, used=None
-    ) -> tuple[list, list]:
+    def loop(self, loop, carried, xs, outer, used=None) -> tuple[list, list]:
         if self.opset < 9:
             raise NotImplementedError("Scan with scan_input_directions needs opset 9")
-        if initial_in_ys:
-            raise NotImplementedError("initial_in_ys")  # not a capability of this builder
+        if loop.initial_in_ys or loop.first or loop.steps is not None or loop.rows_per_step:
+            raise NotImplementedError("loop rows")  # not a capability of this builder
+        body, reverse = loop.body, loop.reverse
         carried, xs = list(carried), list(xs)
         inner = OnnxBuilder(
             self.names.new(f"{self.prefix}/scan_body"),
@@ -791,8 +785,11 @@ def _recombinable(inner: "OnnxBuilder", v, taken: set, ys: set):
     return node.op_type, a, b
 
 
-def _mul(a, b):
-    return None if a is None or b is None else a * b
+def _resized(shape, axis: int, size):
+    if shape is None:
+        return None
+    axis %= len(shape)
+    return shape[:axis] + (size,) + shape[axis + 1 :]
 
 
 def _fuse_gemm_add(nodes, types, keep) -> list:

@@ -141,11 +141,16 @@ def _prefix(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_./:-]", "_", label)
 
 
-def _plan(strategy: str) -> Plan:
+def _plan(strategy: str, opset: int) -> Plan:
     """ONNX's plan: onnxruntime fuses a Gemm with the activation after it (FusedGemm), so
     one product per activation group (GRU [r|z] and n, LSTM [i|f|o] and g) beats one
-    product and a Split."""
-    return Plan(strategy={"scan": "loop"}.get(strategy, strategy), split_products=True)
+    product and a Split; a sequence's steps are one Reshape and one Split (Reshape takes
+    its shape as an input from opset 5)."""
+    return Plan(
+        strategy={"scan": "loop"}.get(strategy, strategy),
+        split_products=True,
+        row_views="any" if opset >= 5 else None,
+    )
 
 
 class _Rewriter:
@@ -278,7 +283,15 @@ class _Rewriter:
             seq = builder.cast(seq, TensorProto.INT64)  # the core compares with int64 steps
         try:
             out = passes.emit(
-                builder, spec, read.weights, x, h0, c0, sequence_lens=seq, plan=_plan(strategy)
+                builder,
+                spec,
+                read.weights,
+                x,
+                h0,
+                c0,
+                sequence_lens=seq,
+                plan=_plan(strategy, self.opset),
+                shapes={"x": builder.shape(x), "h0": builder.shape(h0), "c0": builder.shape(c0)},
             )
         except SpecError:
             raise

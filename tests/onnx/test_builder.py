@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 from recurrent_lowering.backends.onnx.builder import Names, OnnxBuilder
-from recurrent_lowering.passes.graph import Body, Graph
+from recurrent_lowering.passes.graph import Body, Graph, Loop
 from recurrent_lowering.passes.spec import TANH, Activation
 
 
@@ -54,7 +54,7 @@ def test_ops_match_numpy(opset, dtype, linear_mode):
     body = Body(bg, [h, xt], [nh, nh, xt * 2.0], 1)
 
     h0 = b.squeeze(b.slice(s, 0, 0, 1), 0)
-    (h_t,), (ys, ab) = b.loop(body, [h0], [s], reverse=True, initial_in_ys=False, outer={})
+    (h_t,), (ys, ab) = b.loop(Loop(body, reverse=True), [h0], [s], outer={})
     assert b.shape(m) == (None, 1, 12) and b.shape(ys) == (5, None, 2)
 
     x = rng.standard_normal((5, 2, 3)).astype(dtype)
