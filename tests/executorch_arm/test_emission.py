@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from recurrent_lowering import passes
 from recurrent_lowering.backends.executorch_arm.arm_hooks import emission_options
+from recurrent_lowering.backends.executorch_arm.decompose import arm_plan
 from recurrent_lowering.backends.executorch_arm.fx_builder import (
     Emission,
     FxBuilder,
@@ -90,7 +91,11 @@ def _emit_fx(spec, ws, x, h0, c0, lens, emission):
     graph.output(())
     with graph.inserting_before(graph.output_node()):
         b = FxBuilder(graph, ModuleConstants(gm, mode), emission=emission)
-        out = passes.emit(b, spec, ws, values["x"], values["h"], values["c"], lens)
+        shapes = {k: None if v is None else np.shape(v) for k, v in (("x", x), ("h0", h0))}
+        plan = arm_plan("unrolled")  # the Arm adapter's tunings, as decompose uses them
+        out = passes.emit(
+            b, spec, ws, values["x"], values["h"], values["c"], lens, plan=plan, shapes=shapes
+        )
         outs = tuple(v for v in (out.y, out.h, out.c) if v is not None)
     graph.output_node().args = (outs,)
     graph.lint()
