@@ -1,7 +1,7 @@
 """A Builder that only records which ops the core emits: op counts to assert and publish.
 
 Values are opaque tokens; nothing is computed. `ops` lists every call in order (constants
-included, marked as such); a scan records one "scan" op and keeps its body's ops in
+included, marked as such); a loop records one "loop" op and keeps its body's ops in
 `bodies`, so per-iteration counts are visible too.
 """
 
@@ -135,5 +135,5 @@ class CountingBuilder(Builder):
         self.bodies.append(inner)
         leaves = [*carried, *(_Token("x") for _ in xs)]
         new_carried, ys = translate_body(loop.body, inner, leaves, outer)
-        self._op("scan")
+        self._op("loop")
         return [_Token("carried") for _ in new_carried], [_Token("ys") for _ in ys]

@@ -52,7 +52,7 @@ def emit(
     """
     if plan is None:
         try:
-            plan = Plan(strategy={"scan": "loop"}.get(strategy, strategy))
+            plan = Plan(strategy=strategy)
         except ValueError as e:
             raise SpecError(spec.name, "strategy", str(e)) from e
     form = plan.form(spec)

@@ -114,7 +114,7 @@ def _non_recurrent_models():
 DECOMPOSITIONS = {
     "ours": dict(decomposition="ours", strategy="auto"),
     "ours-unrolled": dict(decomposition="ours", strategy="unrolled"),
-    "ours-loop": dict(decomposition="ours", strategy="scan"),
+    "ours-loop": dict(decomposition="ours", strategy="loop"),
     "executorch": dict(decomposition="executorch"),
 }
 
@@ -315,7 +315,7 @@ def render(rows: dict, command: str, loads: list) -> str:
         "",
         '- *ours*: `flow.lower(..., decomposition="ours")` (the default; what `//tools:lower` '
         "uses): recurrent_lowering's passes in ExecuTorch's slots, emission chosen per target "
-        '(`arm_hooks.emission_options`), `strategy="auto"`: unrolled up to 8 steps per layer '
+        '(`ArmPlan.emission`), `strategy="auto"`: unrolled up to 8 steps per layer '
         "stack, the loop form beyond (docs/arm_loop_form.md). *ET*: ExecuTorch "
         "1.5.1's own DecomposeGru/Lstm/RnnPass.",
         "- Cycles: Vela 5.1.0 estimates, ExecuTorch's default system config and memory mode per "

@@ -84,7 +84,7 @@ def per_step(kind: str, D: int = 1, **kw) -> int:
 
 
 def loop_body(kind: str, **kw) -> int:
-    (body,) = count(kind, 5, strategy="scan", **kw).bodies
+    (body,) = count(kind, 5, strategy="loop", **kw).bodies
     return body.total()
 
 

@@ -100,7 +100,7 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
         raise LoweringError("expected exactly one MODEL argument (a .pt2, an .onnx or an example)")
     handler = targets.handler(FLAGS.target)
     options = targets.Options(
-        strategy={"loop": "scan"}.get(FLAGS.emission, FLAGS.emission),
+        strategy=FLAGS.emission,
         quantization=FLAGS.quantization,
         calibration=_path_or_none(FLAGS.calibration),
         keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,

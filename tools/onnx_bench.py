@@ -39,8 +39,8 @@ CONFIGS = [  # (label, op, input_size, hidden_size, linear_before_reset, batch)
 VARIANTS = (
     ("unrolled", {"strategy": "unrolled", "linear_mode": "gemm"}),
     ("unrolled_mm", {"strategy": "unrolled", "linear_mode": "matmul"}),
-    ("scan", {"strategy": "scan", "linear_mode": "gemm"}),
-    ("scan_mm", {"strategy": "scan", "linear_mode": "matmul"}),
+    ("scan", {"strategy": "loop", "linear_mode": "gemm"}),
+    ("scan_mm", {"strategy": "loop", "linear_mode": "matmul"}),
     ("ort", {"tune_for": "onnxruntime"}),
 )
 NAMES = tuple(name for name, _ in VARIANTS)
@@ -337,7 +337,7 @@ def step_breakdown(op: str = "GRU", inp: int = 256, hidden: int = 256, runs: int
     parts = {
         f"native {op}": (native, x),
         f"rewritten {op} (unrolled)": (rewrite_model(native, strategy="unrolled"), x),
-        f"rewritten {op} (scan)": (rewrite_model(native, strategy="scan"), x),
+        f"rewritten {op} (scan)": (rewrite_model(native, strategy="loop"), x),
         f"rewritten {op} (tune_for onnxruntime)": (
             rewrite_model(native, tune_for="onnxruntime"),
             x,

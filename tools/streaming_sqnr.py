@@ -21,6 +21,7 @@ import torch
 from absl import app, flags
 
 from recurrent_lowering.backends.executorch_arm import arm_hooks, flow, streaming
+from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 from recurrent_lowering.tools import models
 
 FLAGS = flags.FLAGS
@@ -47,23 +48,21 @@ def measure(target, activations, share_state, frames, calibration_frames=512, ar
     calibration = streaming.fp32_states(
         module, streaming.frames(calibration_frames, x_shape, seed=1), h0
     )
-    emission = arm_hooks.emission_options(target)
-    strategy, state_bits = ("scan", 16) if activations == "int16_state" else ("auto", 8)
+    plan = ArmPlan(
+        target,
+        strategy="loop" if activations == "int16_state" else "auto",
+        activations="int16" if activations == "int16" else "int8",
+        state_bits=16 if activations == "int16_state" else 8,
+    )
     result = flow.lower(
         module,
         inputs,
         target,
         artifact_dir=artifact_dir or tempfile.mkdtemp(prefix="stream_sqnr_"),
         calibration_inputs=calibration,
-        quantizer_factory=arm_hooks.quantizer_factory(
-            lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, state_bits),
-            share_state=share_state,
-        ),
-        partitioner_factory=lambda spec: arm_hooks.create_partitioner(
-            spec, emission=emission, strategy=strategy
-        ),
+        quantizer_factory=arm_hooks.quantizer_factory(plan, share_state=share_state),
         run_vela=False,
-        activations="int16" if activations == "int16" else "int8",
+        plan=plan,
     )
     loop = streaming.run_closed_loop(result, module, streaming.frames(frames, x_shape, seed=2), h0)
     return result, loop

@@ -11,17 +11,15 @@ Public subclasses only; nothing in ExecuTorch is patched:
       runs `decompose_recurrent` first, so torch's own GRU/LSTM decomposition never runs
       (FP flows, or any program that still holds a recurrent op).
 
-With `keep_recurrent_on_cpu=True` the partitioners reject every node of a recurrent layer
+With `plan.keep_recurrent_on_cpu` the partitioners reject every node of a recurrent layer
 (fallback.KeepRecurrentOnCpu) and let `to_edge` decompose the layer's `aten.linear`s into
 portable ops (ops_to_not_decompose would otherwise keep them whole for the delegate), so the
 layer runs in ExecuTorch's portable CPU runtime. After partitioning, `cpu_reasons` counts why
 each node left outside a delegate is there.
 
 `create_quantizer` / `create_partitioner` mirror `executorch.backends.arm.util._factory`;
-both take an `Emission` (how the recurrent steps are written), which `emission_options`
-chooses per target: on Ethos-U85 the recurrent product as a MATMUL with R on the left
-(Vela runs a per-step CONV at about 12 MACs/cycle there, the MATMUL at about 20); on U55,
-where R streams from flash, the CONV form is 2.3x faster than MATMUL.
+both take the target's ArmPlan (plan.py: the form of the layers, the recurrent product,
+the bit widths).
 """
 
 from __future__ import annotations
@@ -38,60 +36,42 @@ from recurrent_lowering.passes.spec import SpecError
 from . import fallback, weight_precision
 from .arm_passes import DecomposeRecurrentPass
 from .decompose import decompose_recurrent
-from .fx_builder import PLAIN, Emission
 from .loop import op as loop_op
 from .loop import tosa as loop_tosa  # noqa: F401  (registers the loop node's TOSA)
 from .loop.quantization import annotate_loops
+from .plan import ArmPlan
 from .recurrent_quantization import RecurrentStateQuantizer
 
 
-def emission_options(target: str, recurrent_weight_bits: int = 8) -> Emission:
-    """The emission that gives the fewest Vela cycles on `target` (a TOSA spec string or an
-    Ethos-U accelerator such as "ethos-u85-256"); see docs/arm_benchmark.md. Recurrent
-    weights of fewer than 8 bits need the CONV form (a MATMUL's R is an int8 feature map)."""
-    matmul = target.lower().startswith("ethos-u85") and recurrent_weight_bits == 8
-    return Emission(recurrent_product="matmul" if matmul else "linear")
-
-
-STRATEGIES = ("auto", "unrolled", "scan")
-
-
-def strategy_for(requested: str, keep_recurrent_on_cpu: bool = False) -> str:
-    """The strategy for a request ("auto", "unrolled" or "scan"). "auto" is resolved per
-    layer by decompose.resolve_strategy (unrolled at small T, the loop form beyond), except
-    that layers kept on the CPU are always unrolled: the CPU runtime has portable kernels for
-    elementary ops only, not for the loop node."""
-    if requested not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {requested!r}")
-    if keep_recurrent_on_cpu:
-        if requested == "scan":
-            raise ValueError("recurrent layers kept on the CPU need the unrolled form")
-        return "unrolled"
-    return requested
+def target_of(compile_spec) -> str:
+    """The target a compile spec is for: an Ethos-U accelerator or a TOSA spec string."""
+    if isinstance(compile_spec, EthosUCompileSpec):
+        return compile_spec.target
+    return str(compile_spec.tosa_spec)
 
 
 class _QuantizerHook:
-    strategy = "auto"
-    emission = PLAIN
-    state_bits = 8  # 16: loop-form steps keep int16 state and gate arithmetic (int8 around)
-    recurrent_weight_bits = 8  # < 8: per-step weights narrowed (weight_precision)
+    plan: ArmPlan
     narrowed = 0  # after annotate: unrolled products and loop-form steps narrowed
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        DecomposeRecurrentPass(tfa_pass=True, strategy=self.strategy, emission=self.emission)(model)
+        plan = self.plan
+        DecomposeRecurrentPass(tfa_pass=True, strategy=plan.layer_strategy, emission=plan.emission)(
+            model
+        )
         return super().transform_for_annotation(model)
 
     def annotate(self, model: GraphModule) -> GraphModule:
         model = super().annotate(model)
         step_config = None
-        if self.state_bits == 16:
+        if self.plan.state_bits == 16:
             from executorch.backends.arm.quantizer import arm_quantizer
 
             step_config = arm_quantizer.get_symmetric_a16w8_quantization_config(is_per_channel=True)
-        narrow = self.recurrent_weight_bits < 8 and self.global_config is not None
+        bits = self.plan.recurrent_weight_bits
+        narrow = bits < 8 and self.global_config is not None
         unrolled = 0
         if narrow:
-            bits = self.recurrent_weight_bits
             unrolled = weight_precision.narrow_per_step_weights(
                 model.graph, self.global_config, bits
             )
@@ -103,20 +83,21 @@ class _QuantizerHook:
 
 
 class _PartitionerHook:
-    strategy = "auto"
-    emission = PLAIN
+    plan: ArmPlan
 
-    def __init__(self, compile_spec, additional_checks=None, keep_recurrent_on_cpu=False):
+    def __init__(self, compile_spec, plan: ArmPlan, additional_checks=None):
         checks = list(additional_checks or ())
-        if keep_recurrent_on_cpu:
+        if plan.keep_recurrent_on_cpu:
             checks.append(fallback.KeepRecurrentOnCpu())
         super().__init__(compile_spec, checks or None)
-        self.keep_recurrent_on_cpu = keep_recurrent_on_cpu
+        self.plan = plan
+        self.keep_recurrent_on_cpu = plan.keep_recurrent_on_cpu
         self.cpu_reasons = None  # collections.Counter after partition()
         self.boundaries = None  # tag -> fallback.Boundary after partition()
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram):
-        ep = decompose_recurrent(exported_program, self.strategy, self.emission)
+        plan = self.plan
+        ep = decompose_recurrent(exported_program, plan.layer_strategy, plan.emission)
         return super().transform_for_pre_decomposition(ep)
 
     def ops_to_not_decompose(self, ep):
@@ -169,56 +150,43 @@ class RecurrentEthosUPartitioner(_PartitionerHook, EthosUPartitioner):
     """EthosUPartitioner that decomposes GRU/LSTM/RNN with recurrent_lowering before to_edge."""
 
 
-def create_quantizer(
-    compile_spec,
-    emission: Emission = PLAIN,
-    strategy: str = "auto",
-    state_bits: int = 8,
-    recurrent_weight_bits: int = 8,
-):
+def _plan_for(compile_spec, plan):
+    return plan if plan is not None else ArmPlan(target_of(compile_spec))
+
+
+def create_quantizer(compile_spec, plan: ArmPlan = None):
+    """An Arm quantizer that decomposes recurrent layers per `plan` (default: the target's
+    defaults) first."""
     if isinstance(compile_spec, TosaCompileSpec):
         quantizer = RecurrentTOSAQuantizer(compile_spec)
     elif isinstance(compile_spec, EthosUCompileSpec):
         quantizer = RecurrentEthosUQuantizer(compile_spec)
     else:
         raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
-    if state_bits not in (8, 16):
-        raise ValueError(f"state_bits must be 8 or 16, got {state_bits}")
-    quantizer.emission, quantizer.strategy, quantizer.state_bits = emission, strategy, state_bits
-    quantizer.recurrent_weight_bits = weight_precision.check_bits(recurrent_weight_bits)
+    quantizer.plan = _plan_for(compile_spec, plan)
     return quantizer
 
 
-def create_partitioner(
-    compile_spec,
-    additional_checks=None,
-    keep_recurrent_on_cpu=False,
-    emission: Emission = PLAIN,
-    strategy: str = "auto",
-):
+def create_partitioner(compile_spec, plan: ArmPlan = None, additional_checks=None):
+    """An Arm partitioner that decomposes recurrent layers per `plan` before to_edge and,
+    with `plan.keep_recurrent_on_cpu`, leaves them on the CPU."""
     if isinstance(compile_spec, TosaCompileSpec):
         cls = RecurrentTOSAPartitioner
     elif isinstance(compile_spec, EthosUCompileSpec):
         cls = RecurrentEthosUPartitioner
     else:
         raise ValueError(f"no recurrent-lowering partitioner for {type(compile_spec).__name__}")
-    partitioner = cls(compile_spec, additional_checks, keep_recurrent_on_cpu)
-    partitioner.emission = emission
-    partitioner.strategy = strategy_for(strategy, keep_recurrent_on_cpu)
-    return partitioner
+    return cls(compile_spec, _plan_for(compile_spec, plan), additional_checks)
 
 
-def quantizer_factory(
-    base_factory=None, keep_recurrent_on_cpu: bool = False, share_state: bool = True
-):
-    """A `quantizer_factory(compile_spec)` for flow.lower: a RecurrentStateQuantizer
-    around `base_factory` (default: create_quantizer, our decomposition in ExecuTorch's
-    Arm quantizer)."""
-    base_factory = base_factory or create_quantizer
+def quantizer_factory(plan: ArmPlan = None, share_state: bool = True):
+    """A `quantizer_factory(compile_spec)` for flow.lower: our quantizer per `plan`, with
+    each final state sharing its initial state's quantization (RecurrentStateQuantizer)
+    or, with `plan.keep_recurrent_on_cpu`, the recurrent layers left in float."""
 
     def create(compile_spec) -> RecurrentStateQuantizer:
-        return RecurrentStateQuantizer(
-            base_factory(compile_spec), keep_recurrent_on_cpu, share_state
-        )
+        base = create_quantizer(compile_spec, plan)
+        keep = base.plan.keep_recurrent_on_cpu
+        return RecurrentStateQuantizer(base, keep, share_state)
 
     return create

@@ -37,7 +37,6 @@ from torch.fx import Graph, GraphModule, Node
 
 from recurrent_lowering import passes
 from recurrent_lowering.passes import gate_order
-from recurrent_lowering.passes.plan import Plan
 from recurrent_lowering.passes.spec import (
     RELU,
     CellKind,
@@ -56,6 +55,7 @@ from .fx_builder import (
     ProgramConstants,
     fake_mode_of,
 )
+from .plan import core_plan
 
 aten = torch.ops.aten
 
@@ -271,37 +271,6 @@ def _module_prefix(node: Node) -> str:
     return path.replace("L['self'].", "").replace("L__self__", "")
 
 
-# "auto" unrolls a layer stack of at most this many steps (T x layers x directions) and
-# writes longer ones in the loop form: beyond a few steps the loop form lowers several times
-# faster at about the same Vela cycles (docs/arm_loop_form.md).
-AUTO_UNROLL_MAX_STEPS = 8
-
-
-def resolve_strategy(strategy: str, spec) -> str:
-    """The core strategy for one recurrent op: "auto" picks by its number of steps, and
-    unrolls what the loop form cannot write (an LSTM with proj_size)."""
-    if strategy != "auto":
-        return strategy
-    if spec.proj_size:  # FxBuilder.loop carries h and c of one shape
-        return "unrolled"
-    steps = (spec.seq_len or 0) * spec.num_layers * spec.num_directions
-    return "unrolled" if spec.seq_len is not None and steps <= AUTO_UNROLL_MAX_STEPS else "scan"
-
-
-def arm_plan(strategy: str) -> Plan:
-    """How the Arm flow writes recurrent layers: one input projection per direction (Vela
-    copies a column slice of a shared one), a loop's initial h in its ys (one copy less
-    per step on Ethos-U), steps as row blocks of 2-D views and loops reading their rows in
-    place (Vela copies reshapes with other readers)."""
-    return Plan(
-        strategy=strategy,
-        split_projections=True,
-        loop_initial_in_ys=True,
-        row_views="static",
-        loop_rows=True,
-    )
-
-
 def _shape(v) -> Optional[tuple]:
     """A node's static shape for the core: dims that are symbols become None."""
     if not isinstance(v, Node):
@@ -322,13 +291,12 @@ def _replace(
     if node.target in PACKED_OPS:
         raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
     spec, weights, x, h0, c0 = (_cell_problem if is_cell else _sequence_problem)(node, constant_of)
-    strategy = resolve_strategy(strategy, spec)
     dtype = _val(x).dtype
     b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, emission=emission)
     with graph.inserting_before(node):
         if is_cell:  # one step of a sequence: [B, I] -> [1, B, I], states [1, B, H]
             x, h0, c0 = (None if v is None else b.unsqueeze(v, 0) for v in (x, h0, c0))
-        plan = arm_plan({"scan": "loop"}.get(strategy, strategy))
+        plan = core_plan(strategy)
         shapes = {"x": _shape(x), "h0": _shape(h0), "c0": _shape(c0)}
         if is_cell:
             out = passes.emit_step(b, spec, weights, x, h0, c0, plan=plan, shapes=shapes)

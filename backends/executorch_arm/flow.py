@@ -178,20 +178,13 @@ def _count_call_functions(graph) -> int:
 DECOMPOSITIONS = ("ours", "executorch")
 
 
-def factories(
-    decomposition: str,
-    target: str,
-    quantizer_factory,
-    partitioner_factory,
-    strategy="auto",
-    state_bits=8,
-    recurrent_weight_bits=8,
-):
-    """(quantizer factory, partitioner factory) for `decomposition`, explicit ones kept."""
+def factories(decomposition: str, plan, quantizer_factory=None, partitioner_factory=None):
+    """(quantizer factory, partitioner factory) for `decomposition` and an ArmPlan,
+    explicit ones kept."""
     if decomposition == "executorch":
         from executorch.backends.arm.util._factory import create_partitioner, create_quantizer
 
-        if recurrent_weight_bits != 8:
+        if plan.recurrent_weight_bits != 8:
             raise ValueError("recurrent_weight_bits applies to decomposition='ours'")
         return quantizer_factory or create_quantizer, partitioner_factory or create_partitioner
     if decomposition != "ours":
@@ -200,13 +193,9 @@ def factories(
         )
     from . import arm_hooks
 
-    emission = arm_hooks.emission_options(target, recurrent_weight_bits)
-    bits = state_bits, recurrent_weight_bits
     return (
-        quantizer_factory
-        or (lambda spec: arm_hooks.create_quantizer(spec, emission, strategy, *bits)),
-        partitioner_factory
-        or (lambda spec: arm_hooks.create_partitioner(spec, emission=emission, strategy=strategy)),
+        quantizer_factory or (lambda spec: arm_hooks.create_quantizer(spec, plan)),
+        partitioner_factory or (lambda spec: arm_hooks.create_partitioner(spec, plan)),
     )
 
 
@@ -229,6 +218,7 @@ def lower(
     state_bits: int = 8,
     recurrent_weight_bits: int = 8,
     progress=None,
+    plan=None,
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
@@ -239,37 +229,24 @@ def lower(
     where our own decomposition plugs in; `decomposition` ("ours" or "executorch") picks the
     defaults for the factories not given. `activations="int16"` quantizes activations to
     int16 (weights stay int8; Ethos-U85 and TOSA INT targets). `strategy` writes recurrent
-    layers "unrolled" (one set of ops per step), as a "scan" (one node per layer direction,
+    layers "unrolled" (one set of ops per step), as a "loop" (one node per layer direction,
     its step lowered once and copied per step into the TOSA: loop.op, loop.tosa) or "auto"
-    (decompose.resolve_strategy: unrolled for short sequences). `state_bits=16` keeps the
+    (unrolled for short sequences, plan.py). `state_bits=16` keeps the
     loop form's steps (state and gate arithmetic) in int16 while the rest stays int8.
     `recurrent_weight_bits` < 8 quantizes the weights every step reads (R, an LSTM's
     projection) to that many bits, in the CONV form (weight_precision; 4 bits: TOSA INT4,
-    which a TOSA target must name, e.g. "TOSA-1.0+INT+int4"). `progress` (an object with
-    `stage(label)`, a context manager, and `steps(items, description)`) hears of each stage.
+    which a TOSA target must name, e.g. "TOSA-1.0+INT+int4"). These options make an ArmPlan
+    (checked there), or `plan` gives one. `progress` (an object with `stage(label)`, a
+    context manager, and `steps(items, description)`) hears of each stage.
     """
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-    wide = {"activations='int16'": activations == "int16", "state_bits=16": state_bits == 16}
-    for what, given in wide.items():
-        if given and target.startswith("TOSA") and "+int16" not in target:
-            raise ValueError(f"{what} needs TOSA's int16 extension: target {target}+int16")
-    if recurrent_weight_bits == 4:
-        if target.startswith("TOSA") and "+int4" not in target:
-            raise ValueError(f"4-bit recurrent weights are TOSA INT4: target {target}+int4")
-        if activations == "int16" or state_bits == 16:
-            raise ValueError(  # ExecuTorch 1.5.1's TOSA CONV2D takes INT4 weights with int8 only
-                "4-bit recurrent weights (TOSA INT4) need int8 activations; use 5-7 bits "
-                "with int16 activations or int16 state"
-            )
+    from .plan import ArmPlan
+
+    if plan is None:
+        plan = ArmPlan(target, strategy, activations, state_bits, recurrent_weight_bits)
     quantizer_factory, partitioner_factory = factories(
-        decomposition,
-        target,
-        quantizer_factory,
-        partitioner_factory,
-        strategy,
-        state_bits,
-        recurrent_weight_bits,
+        decomposition, plan, quantizer_factory, partitioner_factory
     )
 
     example_inputs = tuple(example_inputs)
@@ -297,7 +274,7 @@ def lower(
                 spec,
                 calibration_inputs,
                 quantizer_factory,
-                activations,
+                plan.activations,
                 progress,
             )
     with _timed(times, "export", progress, "export"):

@@ -240,7 +240,7 @@ class FxBuilder(Builder):
         self.dtype = np.float64 if dtype == torch.float64 else np.float32
         self.fake_mode = constants.fake_mode
         self.meta = {}
-        self.layer = meta_from.name if meta_from is not None else "scan"  # names errors
+        self.layer = meta_from.name if meta_from is not None else "loop"  # names errors
         if meta_from is not None:
             self.meta = {k: meta_from.meta[k] for k in PROVENANCE_KEYS if k in meta_from.meta}
         self.nodes: list[Node] = []  # every call_function emitted, in order

@@ -69,9 +69,7 @@ class RecurrentStateQuantizer(Quantizer):
         self.share_state = share_state
         self.pairs: list[tuple[str, int]] = []  # found by transform_for_annotation
         self.shared: list[tuple[str, str]] = []  # (h0, h_n producer) annotated as shared
-        if keep_recurrent_on_cpu:
-            if getattr(base, "strategy", None) is not None:
-                base.strategy = "unrolled"  # the CPU runtime has no kernel for a scan node
+        if keep_recurrent_on_cpu:  # (the base's ArmPlan unrolls such layers: plan.py)
             for module_type in fallback.RECURRENT_MODULES:
                 base.set_module_type(module_type, None)
 

@@ -28,7 +28,7 @@ from .builder import ConstantPool, Names, OnnxBuilder
 from .constants import Scope
 from .reader import OnnxReadError, RecurrentNode, is_recurrent, read_node
 
-STRATEGIES = ("auto", "unrolled", "scan")
+STRATEGIES = ("auto", "unrolled", "loop")
 # "portable": plain ops any runtime or converter takes. "onnxruntime": `auto` picks Scan
 # for every length and Scan bodies read their weights unpacked (OnnxBuilder), the fastest
 # forms measured under onnxruntime at batch 1 (docs/onnx.md).
@@ -147,7 +147,7 @@ def _plan(strategy: str, opset: int) -> Plan:
     product and a Split; a sequence's steps are one Reshape and one Split (Reshape takes
     its shape as an input from opset 5)."""
     return Plan(
-        strategy={"scan": "loop"}.get(strategy, strategy),
+        strategy=strategy,
         split_products=True,
         row_views="any" if opset >= 5 else None,
     )
@@ -261,10 +261,12 @@ class _Rewriter:
         strategy = self.strategy
         if strategy == "auto":
             static = steps is not None and self.tune_for == "portable"
-            strategy = "unrolled" if static else "scan"
+            strategy = "unrolled" if static else "loop"
         if strategy == "unrolled" and steps is None:
             raise OnnxReadError(
-                spec.name, "X", "strategy 'unrolled' needs a static sequence length; use 'scan'"
+                spec.name,
+                "X",
+                "a dynamic sequence length cannot be unrolled; the loop form takes it",
             )
         spec = dataclasses.replace(spec, seq_len=steps)
         if self.keep is not None and self.keep(dataclasses.replace(read, spec=spec)):
@@ -358,8 +360,8 @@ def rewrite_model(
 ) -> onnx.ModelProto:
     """A copy of `model` without GRU/LSTM/RNN nodes (but those `keep` keeps).
 
-    strategy: "unrolled" (static T), "scan" (one ONNX Scan per direction), or "auto"
-    (unrolled when the node's sequence length is static, else scan).
+    strategy: "unrolled" (static T), "loop" (one ONNX Scan per direction), or "auto"
+    (unrolled when the node's sequence length is static, else the loop form).
     activation_defaults: "onnxruntime" or "onnx", whose alpha/beta defaults apply when a
     node omits them (they differ for Affine, ThresholdedRelu and ScaledTanh).
     W, R, B, P computed at run time (graph inputs, as in ONNX's node tests) are arranged

@@ -95,11 +95,11 @@ CASES = [
         "run_time_loop_lens_without_positions",
         dict(has_sequence_lens=True, seq_len=None),
         {},
-        dict(sequence_lens="lens", strategy="scan"),
+        dict(sequence_lens="lens", strategy="loop"),
         frozenset({SELECT, SCAN}),
         "sequence_lens",
     ),
-    ("scan_without_scan", {}, {}, dict(strategy="scan"), frozenset(), "strategy"),
+    ("scan_without_scan", {}, {}, dict(strategy="loop"), frozenset(), "strategy"),
     ("unknown_strategy", {}, {}, dict(strategy="fast"), None, "strategy"),
     ("unrolled_without_seq_len", dict(seq_len=None), {}, {}, None, "seq_len"),
 ]

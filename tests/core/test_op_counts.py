@@ -98,10 +98,10 @@ def test_bidirectional_doubles_per_step_ops(kind, variant):
 
 @pytest.mark.parametrize("kind,variant", PER_STEP, ids=["-".join(k) for k in PER_STEP])
 def test_loop_body_is_the_step_plus_gate_slices_of_x(kind, variant):
-    _, b = _emit(kind, variant, T=5, strategy="scan")
+    _, b = _emit(kind, variant, T=5, strategy="loop")
     (body,) = b.bodies
     assert body.counts() == PER_STEP[kind, variant] + LOOP_EXTRA[kind]
-    assert b.counts()["scan"] == 1
+    assert b.counts()["loop"] == 1
 
 
 @pytest.mark.parametrize("kind", ["GRU", "LSTM", "RNN"])

@@ -121,14 +121,14 @@ def test_unrolled_equals_loop_and_runtime_lens(cfg):
     weights, x, h0, c0 = _inputs(spec, B, seed, peephole)
     ref = _run(spec, weights, x, h0, c0, seq)
     ref = (ref.y, ref.h, ref.c)
-    for strategy in ("unrolled", "scan"):
+    for strategy in ("unrolled", "loop"):
         for runtime in (False, True) if seq is not None else (False,):
             out = _run(spec, weights, x, h0, c0, seq, strategy, runtime=runtime)
             _close((out.y, out.h, out.c), ref)
     # the loop needs no static T (slices run to the end; lengths compare with positions)
     dynamic = dataclasses.replace(spec, seq_len=None)
     for runtime in (False, True) if seq is not None else (False,):
-        out = _run(dynamic, weights, x, h0, c0, seq, "scan", runtime=runtime)
+        out = _run(dynamic, weights, x, h0, c0, seq, "loop", runtime=runtime)
         _close((out.y, out.h, out.c), ref)
 
 

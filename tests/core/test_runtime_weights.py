@@ -79,7 +79,7 @@ def _runtime(weights, wrap):
 
 @pytest.mark.parametrize(
     "config,strategy",
-    list(itertools.product(range(len(CONFIGS)), ["unrolled", "scan"])),
+    list(itertools.product(range(len(CONFIGS)), ["unrolled", "loop"])),
 )
 def test_runtime_canonical_weights_match_constants(config, strategy):
     kind, extra, peephole = CONFIGS[config]

@@ -62,7 +62,7 @@ def _cases():
         init=(False, True, "h_only"),
         layout=(0, 1),
         bias=(True, False),
-        strategy=("unrolled", "scan"),
+        strategy=("unrolled", "loop"),
     )
     per_cell = {
         CellKind.GRU: dict(linear_before_reset=(False, True)),

@@ -28,7 +28,7 @@ FULL = [
         (1, 3),
         (1, 7, 64),
         (False, True),
-        ("unrolled", "scan"),
+        ("unrolled", "loop"),
     )
     if not (p and k != "LSTM")
 ]

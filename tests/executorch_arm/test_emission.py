@@ -3,7 +3,7 @@
 linear: the recurrent product h R^T is aten.linear; matmul: at batch 1 it is aten.mm(R, h^T),
 R on the left. Steps are row slices of the projection's 2-D view either way. Both match the
 numpy reference builder over GRU (both reset forms), LSTM, RNN, bidirectional, stacked,
-initial states and sequence lengths, and `arm_hooks.emission_options` picks MATMUL for
+initial states and sequence lengths, and the target's ArmPlan picks MATMUL for
 Ethos-U85 and aten.linear for U55 and TOSA.
 """
 
@@ -17,13 +17,12 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from recurrent_lowering import passes
-from recurrent_lowering.backends.executorch_arm.arm_hooks import emission_options
-from recurrent_lowering.backends.executorch_arm.decompose import arm_plan
 from recurrent_lowering.backends.executorch_arm.fx_builder import (
     Emission,
     FxBuilder,
     ModuleConstants,
 )
+from recurrent_lowering.backends.executorch_arm.plan import ArmPlan, core_plan
 from recurrent_lowering.passes import CellKind, Direction, IOLayout, RecurrentSpec
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
 from recurrent_lowering.passes.spec import LayerWeights
@@ -92,7 +91,7 @@ def _emit_fx(spec, ws, x, h0, c0, lens, emission):
     with graph.inserting_before(graph.output_node()):
         b = FxBuilder(graph, ModuleConstants(gm, mode), emission=emission)
         shapes = {k: None if v is None else np.shape(v) for k, v in (("x", x), ("h0", h0))}
-        plan = arm_plan("unrolled")  # the Arm adapter's tunings, as decompose uses them
+        plan = core_plan("unrolled")  # the Arm adapter's tunings, as decompose uses them
         out = passes.emit(
             b, spec, ws, values["x"], values["h"], values["c"], lens, plan=plan, shapes=shapes
         )
@@ -161,9 +160,9 @@ def test_steps_are_rows_of_the_projection(emission):
 
 
 def test_emission_per_target():
-    assert emission_options("ethos-u85-256").recurrent_product == "matmul"
+    assert ArmPlan("ethos-u85-256").emission.recurrent_product == "matmul"
     for target in ("ethos-u55-128", "ethos-u65-256", "TOSA-1.0+INT", "TOSA-1.0+FP"):
-        assert emission_options(target).recurrent_product == "linear", target
+        assert ArmPlan(target).emission.recurrent_product == "linear", target
     with pytest.raises(ValueError, match="recurrent_product"):
         Emission(recurrent_product="conv")
 
@@ -172,10 +171,10 @@ def test_emission_per_target():
     "target, steps, form",
     [
         ("ethos-u55-128", 8, "unrolled"),
-        ("ethos-u55-128", 9, "scan"),
-        ("TOSA-1.0+INT", 16, "scan"),
+        ("ethos-u55-128", 9, "loop"),
+        ("TOSA-1.0+INT", 16, "loop"),
         ("ethos-u85-256", 8, "unrolled"),
-        ("ethos-u85-256", 9, "scan"),
+        ("ethos-u85-256", 9, "loop"),
     ],
 )
 def test_auto_picks_the_form_by_length(target, steps, form):
@@ -184,10 +183,10 @@ def test_auto_picks_the_form_by_length(target, steps, form):
 
     module = torch.nn.GRU(4, 8, batch_first=True).eval()
     ep = torch.export.export(module, (torch.randn(1, steps, 4),))
-    out = decompose_recurrent(ep, "auto", emission_options(target))
+    out = decompose_recurrent(ep, "auto", ArmPlan(target).emission)
     targets = [n.target for n in out.graph.nodes if n.op == "call_function"]
     loops = sum(t == loop_op.OP for t in targets)
-    assert loops == (1 if form == "scan" else 0)
+    assert loops == (1 if form == "loop" else 0)
     assert not any("gru" in str(t) for t in targets)
 
 
@@ -205,7 +204,7 @@ def test_loop_form_glue(kind, bidirectional):
     cls = torch.nn.GRU if kind == "gru" else torch.nn.LSTM
     module = cls(4, 8, batch_first=True, bidirectional=bidirectional).eval()
     x = torch.randn(1, 12, 4)
-    out = decompose_recurrent(torch.export.export(module, (x,)), "scan")
+    out = decompose_recurrent(torch.export.export(module, (x,)), "loop")
     nodes = [n for n in out.graph.nodes if n.op == "call_function"]
     scans = [n for n in nodes if n.target == loop_op.OP]
     assert len(scans) == (2 if bidirectional else 1)

@@ -22,6 +22,7 @@ from recurrent_lowering.backends.executorch_arm import (
     flow,
     streaming,
 )
+from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 from recurrent_lowering.runtime import executorch_host
 from recurrent_lowering.tests.executorch_arm.fallback_models import MaskedHead
 from recurrent_lowering.tools import models
@@ -41,8 +42,10 @@ class Recurrent(nn.Module):
 def _lower_keeping_recurrent(module, inputs, target, tmp_path, calibration=None):
     partitioners = []
 
+    plan = ArmPlan(target, keep_recurrent_on_cpu=True)
+
     def partitioner_factory(spec):
-        partitioners.append(arm_hooks.create_partitioner(spec, keep_recurrent_on_cpu=True))
+        partitioners.append(arm_hooks.create_partitioner(spec, plan))
         return partitioners[-1]
 
     result = flow.lower(
@@ -51,7 +54,7 @@ def _lower_keeping_recurrent(module, inputs, target, tmp_path, calibration=None)
         target,
         artifact_dir=tmp_path,
         calibration_inputs=calibration,
-        quantizer_factory=arm_hooks.quantizer_factory(keep_recurrent_on_cpu=True),
+        quantizer_factory=arm_hooks.quantizer_factory(plan),
         partitioner_factory=partitioner_factory,
         run_vela=False,
     )

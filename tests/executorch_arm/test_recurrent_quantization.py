@@ -46,7 +46,7 @@ def _state_qparams(share_state: bool):
         inputs,
         spec,
         calibration,
-        quantizer_factory=rq.quantizer_factory(share_state=share_state),
+        quantizer_factory=arm_hooks.quantizer_factory(share_state=share_state),
     )
     graph = converted.graph
     (h0,) = [n for n in graph.find_nodes(op="placeholder") if n.name == "h0"]
@@ -73,7 +73,7 @@ def test_stream_gru_int16_closed_loop_above_30db(tmp_path):
         "TOSA-1.0+INT+int16",
         artifact_dir=tmp_path,
         calibration_inputs=calibration,
-        quantizer_factory=rq.quantizer_factory(),
+        quantizer_factory=arm_hooks.quantizer_factory(),
         partitioner_factory=arm_hooks.create_partitioner,
         activations="int16",
     )

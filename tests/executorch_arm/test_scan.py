@@ -35,7 +35,7 @@ def _calls(ep):
 def test_scan_matches_torch_and_unrolled(kind, layers, bidirectional):
     module, inputs = _small(kind, layers, bidirectional)
     ep = torch.export.export(module, inputs)
-    looped = decompose.decompose_recurrent(ep, "scan")
+    looped = decompose.decompose_recurrent(ep, "loop")
     unrolled = decompose.decompose_recurrent(torch.export.export(module, inputs), "unrolled")
     loops = [n for n in _calls(looped) if n.target is loop_op.OP]
     assert len(loops) == layers * (2 if bidirectional else 1)
@@ -48,7 +48,7 @@ def test_scan_matches_torch_and_unrolled(kind, layers, bidirectional):
 
 def test_loop_node_runs_only_through_its_program():
     module, inputs = _small("gru", T=5)
-    looped = decompose.decompose_recurrent(torch.export.export(module, inputs), "scan")
+    looped = decompose.decompose_recurrent(torch.export.export(module, inputs), "loop")
     with pytest.raises(RuntimeError, match="runs through its step program"):
         looped.module()(*inputs)
     (node,) = [n for n in _calls(looped) if n.target is loop_op.OP]
@@ -97,7 +97,7 @@ def test_template_copies_are_bit_exact(weight_bits, tmp_path):
     module, inputs = _small("gru", T=3)
     target = "TOSA-1.0+INT" + ("+int4" if weight_bits == 4 else "")
     result = flow.lower(
-        module, inputs, target, tmp_path, strategy="scan", recurrent_weight_bits=weight_bits
+        module, inputs, target, tmp_path, strategy="loop", recurrent_weight_bits=weight_bits
     )
     source = result.tosa_files[0].read_bytes()
     types = {t.tosa_dtype for t in tosa_flatbuffer.op_inputs(source, "CONV2D", 1)}
@@ -121,14 +121,14 @@ def test_template_copies_are_bit_exact(weight_bits, tmp_path):
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_scan_fp_tosa_matches_torch(kind, tmp_path):
     module, inputs = _small(kind, layers=1, bidirectional=True, T=6)
-    result = flow.lower(module, inputs, "TOSA-1.0+FP", artifact_dir=tmp_path, strategy="scan")
+    result = flow.lower(module, inputs, "TOSA-1.0+FP", artifact_dir=tmp_path, strategy="loop")
     assert result.num_delegates == 1 and result.cpu_nodes == 0
     assert flow.check_numerics(result, module, inputs).max_abs_err <= 1e-5
 
 
 def test_scan_int_tosa_shares_one_state_quantization(tmp_path):
     module, inputs = _small("gru", T=6)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path, strategy="scan")
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path, strategy="loop")
     assert result.num_delegates == 1
     (program,) = result.loop_programs
     assert program.quant_config is not None
@@ -157,7 +157,7 @@ def test_scan_int_tosa_shares_one_state_quantization(tmp_path):
 
 def test_scan_ethos_u55(tmp_path):
     module, inputs = models.build("tiny_gru")
-    result = flow.lower(module, inputs, "ethos-u55-128", artifact_dir=tmp_path, strategy="scan")
+    result = flow.lower(module, inputs, "ethos-u55-128", artifact_dir=tmp_path, strategy="loop")
     assert result.num_delegates == 1
     assert b"vela_bin_stream" in result.pte
     assert all(op.target == "NPU" for op in result.vela.ops)
@@ -186,7 +186,7 @@ def test_int16_state_in_an_int8_program(tmp_path):
             inputs,
             "TOSA-1.0+INT+int16",
             artifact_dir=tmp_path / str(bits),
-            strategy="scan",
+            strategy="loop",
             state_bits=bits,
         )
         (info,), _ = tosa_flatbuffer.graph_io(result.tosa_files[0])
@@ -198,7 +198,7 @@ def test_int16_state_in_an_int8_program(tmp_path):
 def test_int16_state_needs_the_int16_extension(tmp_path):
     module, inputs = _small("gru", T=3)
     with pytest.raises(ValueError, match=r"int16 extension: target TOSA-1.0\+INT\+int16"):
-        flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="scan", state_bits=16)
+        flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="loop", state_bits=16)
 
 
 class _RnnRelu(torch.nn.Module):
@@ -220,7 +220,7 @@ def test_scan_relu_state_takes_its_quantization_from_the_add(tmp_path):
         for p in module.parameters():
             p.uniform_(-0.2, 0.2)
     inputs = (torch.randn(1, 9, 4),)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="scan")
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="loop")
     assert flow.check_numerics(result, module, inputs).sqnr_db > 38  # measured 42.9
 
 
@@ -243,7 +243,7 @@ def test_scan_keeps_an_initial_state_beyond_the_output_range(T, tmp_path):
         for p in module.parameters():
             p.uniform_(-0.2, 0.2)
     inputs = (torch.randn(1, T, 4), torch.randn(1, 1, 8) * 0.5)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="scan")
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="loop")
     assert flow.check_numerics(result, module, inputs).sqnr_db > 32  # measured 37.3, 35.0
 
 
@@ -251,7 +251,7 @@ def test_auto_unrolls_an_lstm_with_proj_size():
     """The loop form carries h and c of one shape; `auto` unrolls what it cannot write."""
     lstm = torch.nn.LSTM(4, 8, proj_size=3, batch_first=True)
     with pytest.raises(SpecError, match=r"^lstm: attribute 'proj_size': the loop form needs"):
-        decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "scan")
+        decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "loop")
     ep = decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "auto")
     assert not [n for n in _calls(ep) if n.target is loop_op.OP]
     with torch.no_grad():
@@ -269,7 +269,7 @@ def test_scan_boundaries_and_copies_on_ethos_u85(kind, layers, bidirectional, tm
     (read by Y and by step 1) and the head's concat of the two directions. Every TABLE in
     the loop is chained into the op before it (LSTM's tanh(c') reads its own copy of c')."""
     module, inputs = _small(kind, layers=layers, bidirectional=bidirectional, T=6)
-    result = flow.lower(module, inputs, "ethos-u85-256", artifact_dir=tmp_path, strategy="scan")
+    result = flow.lower(module, inputs, "ethos-u85-256", artifact_dir=tmp_path, strategy="loop")
     assert result.num_delegates == 1
     ops = result.vela.ops
     in_loop = [op for op in ops if re.search(r"_t\d+_", op.name)]
@@ -317,7 +317,7 @@ def test_scan_with_only_the_final_state_read(kind, tmp_path):
     there ('the loop form needs each step's output to be its h')."""
     torch.manual_seed(0)
     module, inputs = _Classifier(kind).eval(), (torch.randn(1, 12, 6),)
-    looped = decompose.decompose_recurrent(torch.export.export(module, inputs), "scan")
+    looped = decompose.decompose_recurrent(torch.export.export(module, inputs), "loop")
     assert [n.target for n in _calls(looped)].count(loop_op.OP) == 1
     with torch.no_grad():
         got = loop_op.run_graph(looped.module(), *inputs)

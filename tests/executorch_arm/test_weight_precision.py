@@ -32,7 +32,7 @@ def _conv_weights(tosa) -> list:
     return out
 
 
-@pytest.mark.parametrize("strategy", ["scan", "unrolled"])
+@pytest.mark.parametrize("strategy", ["loop", "unrolled"])
 def test_4_bit_recurrent_weights_are_int4_on_ethos_u55(strategy, tmp_path):
     module, inputs = _model()
     result = flow.lower(

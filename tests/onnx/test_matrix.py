@@ -47,7 +47,7 @@ AXES = dict(
     activations=["default", "custom"],
     variant=[0, 1],  # GRU linear_before_reset / LSTM input_forget
     peepholes=[False, True],
-    strategy=["unrolled", "scan"],
+    strategy=["unrolled", "loop"],
     outputs=["all", "y_only", "states_only"],
     dtype=["float32", "float64"],  # onnxruntime has no native float64 kernels: numpy only
     opset=[22, 11],  # 11: attribute forms of Squeeze/Unsqueeze (layout=1 needs 14)

@@ -46,7 +46,7 @@ def test_cases_were_collected():
     assert {"GRU", "LSTM", "RNN"} == {c.model.graph.node[0].op_type for c in CASES.values()}
 
 
-@pytest.mark.parametrize("strategy", ["auto", "scan"])
+@pytest.mark.parametrize("strategy", ["auto", "loop"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_node_case(name, strategy):
     model, feeds, expected = _with_constant_weights(CASES[name])

@@ -24,7 +24,7 @@ CASES = node_cases()
 WEIGHTS = ("W", "R", "B", "P")
 
 
-@pytest.mark.parametrize("strategy", ["auto", "scan"])
+@pytest.mark.parametrize("strategy", ["auto", "loop"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_node_case_as_is(name, strategy):
     case = CASES[name]
@@ -83,7 +83,7 @@ MATRIX = [
 ]
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "scan"])
+@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
 @pytest.mark.parametrize("index", range(len(MATRIX)), ids=lambda i: MATRIX[i].op + str(i))
 def test_runtime_weights_match_the_numpy_reference(index, strategy):
     cfg = MATRIX[index]

@@ -178,7 +178,7 @@ def test_recurrent_and_control_flow_nodes_are_refused_by_name():
     model = models.recurrent_with_head("GRU")
     with pytest.raises(to_torch.ToTorchError, match=r"node 'rec' \(GRU\).*unrolled"):
         to_torch.onnx_to_torch(model)
-    scan = rewrite.rewrite_model(R("GRU", dynamic_steps=True)[0], strategy="scan")
+    scan = rewrite.rewrite_model(R("GRU", dynamic_steps=True)[0], strategy="loop")
     with pytest.raises(to_torch.ToTorchError, match=r"\(Scan\): control flow"):
         to_torch.onnx_to_torch(scan)
 

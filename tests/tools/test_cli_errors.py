@@ -82,7 +82,7 @@ def test_missing_file_and_unknown_name(workdir):
                 "--quantization",
                 "int16",
             ],
-            "needs int8 activations, not --quantization int16",
+            "need int8 activations",
         ),
         (
             [

@@ -91,10 +91,13 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
         )
 
 
-def _flow_target(options, target: str) -> str:
-    """The flow's target: --quantization int16 needs the TOSA int16 extension and 4-bit
-    recurrent weights the int4 one, which every Ethos-U compile spec has and TOSA-1.0+INT
-    gets added."""
+def _plan(options, target: str):
+    """The ArmPlan for the options: checked there, once; a combination the target cannot
+    take is the user's error. --quantization int16 needs the TOSA int16 extension and
+    4-bit recurrent weights the int4 one, which every Ethos-U compile spec has and
+    TOSA-1.0+INT gets added."""
+    from recurrent_lowering.backends.executorch_arm.plan import ArmPlan, PlanError, tosa_target
+
     if target == "TOSA-1.0+FP":
         for flag, value, default in (
             ("--quantization", options.quantization, "int8"),
@@ -102,12 +105,20 @@ def _flow_target(options, target: str) -> str:
         ):
             if value != default:
                 raise LoweringError(f"{flag} {value} applies to INT targets, not TOSA-1.0+FP")
-    extensions = []
-    if options.quantization != "int8":
-        extensions.append("int16")
-    if options.recurrent_weight_bits == 4:
-        extensions.append("int4")
-    return "+".join([target, *extensions]) if target == "TOSA-1.0+INT" else target
+    state_bits = 16 if options.quantization == "int16_state" else 8
+    activations = "int16" if options.quantization == "int16" else "int8"
+    bits = options.recurrent_weight_bits
+    try:
+        return ArmPlan(
+            tosa_target(target, activations, state_bits, bits),
+            strategy=options.strategy,
+            activations=activations,
+            state_bits=state_bits,
+            recurrent_weight_bits=bits,
+            keep_recurrent_on_cpu=options.keep_recurrent_on_cpu,
+        )
+    except PlanError as e:
+        raise LoweringError(str(e)) from e
 
 
 def _vela_options(options, target: str) -> dict:
@@ -129,52 +140,24 @@ def _vela_options(options, target: str) -> dict:
     return chosen
 
 
-def _arm_factories(options, target: str):
+def _arm_factories(plan):
     """(quantizer factory, partitioner factory, partitioners and quantizers created) for
-    flow.lower: our decomposition with the target's emission; the hidden state output shares
-    the state input's quantization, or with --keep_recurrent_on_cpu recurrent layers stay in
-    float and the partitioner leaves them on the CPU."""
+    flow.lower: our decomposition per the plan; the hidden state output shares the state
+    input's quantization, or with --keep_recurrent_on_cpu recurrent layers stay in float
+    and the partitioner leaves them on the CPU."""
     from recurrent_lowering.backends.executorch_arm import arm_hooks
 
-    bits = options.recurrent_weight_bits
-    emission = arm_hooks.emission_options(target, bits)
-    keep = options.keep_recurrent_on_cpu
-    strategy = arm_hooks.strategy_for(options.strategy, keep_recurrent_on_cpu=keep)
-    state_bits = 8
-    if bits == 4 and options.quantization != "int8":
-        raise LoweringError(
-            f"--recurrent_weight_bits 4 (TOSA INT4 weights) needs int8 activations, not "
-            f"--quantization {options.quantization}; use 5-7 bits with int16"
-        )
-    if bits != 8 and keep:
-        raise LoweringError(
-            "--recurrent_weight_bits narrows the weights of recurrent layers on the NPU; "
-            "--keep_recurrent_on_cpu keeps them in float on the CPU"
-        )
-    if options.quantization == "int16_state":
-        if keep or strategy == "unrolled":
-            raise LoweringError(
-                "--quantization int16_state keeps the loop form's steps in int16; it cannot "
-                "be combined with --emission unrolled or --keep_recurrent_on_cpu"
-            )
-        strategy, state_bits = "scan", 16
-    partitioners = []
+    partitioners, quantizers = [], []
 
     def partitioner_factory(spec):
-        partitioners.append(
-            arm_hooks.create_partitioner(
-                spec, keep_recurrent_on_cpu=keep, emission=emission, strategy=strategy
-            )
-        )
+        partitioners.append(arm_hooks.create_partitioner(spec, plan))
         return partitioners[-1]
 
-    quantizers = []
+    def quantizer_factory(spec):
+        quantizer = arm_hooks.quantizer_factory(plan)(spec)
+        quantizers.append(quantizer.base)
+        return quantizer
 
-    def base_quantizer(spec):
-        quantizers.append(arm_hooks.create_quantizer(spec, emission, strategy, state_bits, bits))
-        return quantizers[-1]
-
-    quantizer_factory = arm_hooks.quantizer_factory(base_quantizer, keep_recurrent_on_cpu=keep)
     return quantizer_factory, partitioner_factory, partitioners, quantizers
 
 
@@ -233,20 +216,19 @@ def _lower(source, options, staging, output, report, progress) -> None:
         raise LoweringError(f"{source.path}: {report['target']} cannot take a {source.kind} model")
     work = tempfile.mkdtemp(prefix="lower-")
     try:
+        plan = _plan(options, report["target"])
+        quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(plan)
+        vela_options = _vela_options(options, report["target"])
         try:
-            quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(
-                options, report["target"]
-            )
-            vela_options = _vela_options(options, report["target"])
             result = flow.lower(
                 module,
                 example,
-                _flow_target(options, report["target"]),
+                plan.target,
                 artifact_dir=work,
                 calibration_inputs=samples,
                 quantizer_factory=quantizer_factory,
                 partitioner_factory=partitioner_factory,
-                activations="int16" if options.quantization == "int16" else "int8",
+                plan=plan,
                 progress=progress,
                 **vela_options,
             )

@@ -99,7 +99,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     unrolled = selection.rewritten
     report["recurrent_nodes"] = {"as_torch_modules": names, "unrolled": unrolled}
     report["ops"]["recurrent_layers"] = [*names, *unrolled]
-    if unrolled and options.strategy == "scan":
+    if unrolled and options.strategy == "loop":
         report["warnings"].append(
             f"--emission loop: {', '.join(unrolled)} rewritten unrolled (no torch module "
             "computes them exactly; see recurrent_nodes.unrolled)"

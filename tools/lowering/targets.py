@@ -67,7 +67,7 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
 
     if source.kind != "torch":
         raise LoweringError(f"{source.path}: --target aten takes a .pt2 or a bundled example")
-    if options.strategy == "scan":
+    if options.strategy == "loop":
         raise LoweringError(
             "--target aten writes elementary ATen ops, which the loop form is not (its scan "
             "node exists only while lowering for TOSA/Ethos-U); use --emission unrolled or auto"
