@@ -53,7 +53,7 @@ flags.DEFINE_list(
     "rw4 (U55, U85) and rw6 (U55): recurrent weights at 4 / 6 bits (ours only)",
 )
 flags.DEFINE_bool("non_recurrent", False, "time a small MLP and conv net with/without our passes")
-flags.DEFINE_string("out", "docs/arm_benchmark.md", "Markdown output")
+flags.DEFINE_string("out", "docs/results/arm_benchmark.md", "Markdown output")
 flags.DEFINE_string("json", "/tmp/arm_benchmark.jsonl", "JSON lines, one row per measurement")
 flags.DEFINE_string("work_dir", "/tmp/arm_benchmark", "artifacts (TOSA, Vela output) per row")
 flags.DEFINE_bool("reuse", True, "skip rows already in --json")

@@ -523,8 +523,14 @@ def main(argv=None) -> int:
         lines.append(f"| total | {sum(c for c, _ in prof.values()):.2f} | {total_us:.2f} |")
     text = "\n".join(lines) + "\n"
     if args.out:
+        marker = "<!-- measured results end -->"
+        kept = ""
+        if os.path.exists(args.out):  # keep the hand-written analysis below the tables
+            with open(args.out) as f:
+                old = f.read()
+            kept = marker + old.split(marker, 1)[1] if marker in old else ""
         with open(args.out, "w") as f:
-            f.write(text)
+            f.write(text + ("\n" + kept if kept else ""))
     else:
         sys.stdout.write(text)
     return 0

@@ -50,9 +50,7 @@ def test_every_runnable_script_is_a_bazel_target(package):
         for path in source_tree.tracked(f"{package}/*.py")
         if _runnable(path)
     }
-    assert scripts <= _binaries(f"{package}/BUILD.bazel")
-    if package == "benchmarks":
-        assert len(scripts) == 6
+    assert scripts == _binaries(f"{package}/BUILD.bazel")
 
 
 def test_examples_are_the_clis_bundled_models():
