@@ -44,7 +44,7 @@ from .scan_quantization import annotate_scans
 
 def emission_options(target: str, recurrent_weight_bits: int = 8) -> Emission:
     """The emission that gives the fewest Vela cycles on `target` (a TOSA spec string or an
-    Ethos-U accelerator such as "ethos-u85-256"); see docs/arm_benchmark.md. Recurrent
+    Ethos-U accelerator such as "ethos-u85-256"); see docs/results/arm_benchmark.md. Recurrent
     weights of fewer than 8 bits need the CONV form (a MATMUL's R is an int8 feature map)."""
     matmul = target.lower().startswith("ethos-u85") and recurrent_weight_bits == 8
     return Emission(recurrent_product="matmul" if matmul else "linear")

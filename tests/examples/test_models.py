@@ -1,4 +1,4 @@
-"""The ANCHORS.md benchmark models: shapes, parameter init and determinism."""
+"""The bundled benchmark models: shapes, parameter init and determinism."""
 
 import pytest
 import torch
