@@ -1,6 +1,4 @@
-"""(Contributors working now: read /work/main/CONTRIBUTING.md for the project conventions.)
-
-A framework-free description of one recurrent layer stack (GRU, LSTM, RNN).
+"""A framework-free description of one recurrent layer stack (GRU, LSTM, RNN).
 
 Adapters translate a framework node (aten.gru, ONNX GRU, ...) into a `RecurrentSpec`
 plus `LayerWeights`, and the core emits the math from those alone. Everything a

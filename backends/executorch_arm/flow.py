@@ -8,7 +8,7 @@ model (numerics vs fp32 torch eager) and through Vela (Ethos-U cycle estimates).
 
 `decomposition` picks who decomposes GRU/LSTM/RNN: "ours" (the default: arm_hooks' quantizer
 and partitioner, which run recurrent_lowering's passes in ExecuTorch's slots, with the
-emission form chosen per target by `emission_options`) or "executorch" (ExecuTorch 1.5.1's
+recurrent product chosen per target by its ArmPlan) or "executorch" (ExecuTorch 1.5.1's
 own DecomposeGru/Lstm/RnnPass: the baseline we benchmark against).
 
 torch 2.13: `ExportedProgram.module()` must be called with `check_guards=False`, otherwise a

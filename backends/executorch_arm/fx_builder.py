@@ -25,7 +25,7 @@ Timesteps are rows: `unstack` takes step t of the hoisted projection [T, B, X] a
 t*B:(t+1)*B of its 2-D view [T*B, X], and `stack` concatenates the [B, H] step outputs as
 rows and views them back, so a step's values stay 2-D with no per-step reshape.
 
-`Emission` holds the choices that depend on the target (arm_hooks.emission_options sets them):
+`Emission` holds the choices that depend on the target (its ArmPlan sets them, plan.py):
 `recurrent_product="linear"` writes x W^T as aten.linear (a per-step CONV2D on Ethos-U: the
 right form on U55, where R streams from flash either way); "matmul" writes a one-row x (the
 recurrent product h R^T at batch 1) as aten.mm(W, x^T), W on the left, where x^T and the

@@ -2,7 +2,7 @@
 for NPU cycles and memory.
 
 On Ethos-U55/U65 the recurrent product is a CONV whose weights Vela streams from flash at
-every timestep, so their size bounds the recurrence (docs/arm_benchmark.md). Quantizing only
+every timestep, so their size bounds the recurrence (docs/results/arm_benchmark.md). Quantizing only
 those weights (R and an LSTM's projection, the products every step reads) to a narrower
 symmetric range lets Vela's weight encoder store them in fewer bytes: at 4 bits ExecuTorch
 writes them as TOSA INT4 (its `[-7, 7]` int8 range), at 5-7 bits they stay int8 values that

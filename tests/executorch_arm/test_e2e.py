@@ -3,10 +3,10 @@ export, quantize (int8), lower with our decomposition, Vela, and the exact TOSA 
 on the TOSA reference model against fp32 torch eager."""
 
 from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.examples import models
 from recurrent_lowering.tests.executorch_arm.e2e_case import case
-from recurrent_lowering.tools import models
 
-# SQNR floor: the measured figures are 47-58 dB (docs/arm_benchmark.md, tiny models).
+# SQNR floor: the measured figures are 47-58 dB (docs/results/arm_benchmark.md, tiny models).
 MIN_SQNR_DB = 40
 
 

@@ -5,9 +5,9 @@ missing, when no FVP or runner is configured (runtime.fvp says how)."""
 import numpy as np
 
 from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.examples import models
 from recurrent_lowering.runtime import fvp
 from recurrent_lowering.tests.executorch_arm.e2e_case import case
-from recurrent_lowering.tools import models
 
 
 def test_pte_on_fvp(tmp_path):

@@ -23,9 +23,9 @@ from recurrent_lowering.backends.executorch_arm import (
     streaming,
 )
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
+from recurrent_lowering.examples import models
 from recurrent_lowering.runtime import executorch_host
 from recurrent_lowering.tests.executorch_arm.fallback_models import MaskedHead
-from recurrent_lowering.tools import models
 
 
 class Recurrent(nn.Module):

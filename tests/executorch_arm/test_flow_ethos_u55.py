@@ -2,7 +2,7 @@
 for the same TOSA, and the U55-subset TOSA still correct on the reference model."""
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.tools import models
+from recurrent_lowering.examples import models
 
 
 def test_tiny_gru_u55(tmp_path):

@@ -2,9 +2,10 @@
 the dumped .tosa on the TOSA reference model close to fp32 eager."""
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.tools import models
+from recurrent_lowering.examples import models
 
-# Measured here: 57.8 dB for tiny_gru on its calibration input (ANCHORS: gru_a 44.6 dB).
+# Measured: 57.8 dB for tiny_gru on its calibration input (ExecuTorch, gru_a: 44.6 dB,
+# docs/results/executorch_baseline.md).
 MIN_SQNR_DB = 40.0
 
 

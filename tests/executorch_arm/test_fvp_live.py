@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.examples import models
 from recurrent_lowering.runtime import fvp
-from recurrent_lowering.tools import models
 
 
 def test_tiny_gru_on_corstone300(tmp_path):

@@ -6,7 +6,7 @@ import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.backends.executorch_arm.decompose import as_module, decompose_recurrent
-from recurrent_lowering.tools import models
+from recurrent_lowering.examples import models
 
 
 def test_tiny_gru_fp_ours_vs_executorch(tmp_path):

@@ -10,7 +10,7 @@ from torch import nn
 
 from recurrent_lowering.backends.executorch_arm import arm_hooks, flow, streaming
 from recurrent_lowering.backends.executorch_arm import recurrent_quantization as rq
-from recurrent_lowering.tools import models
+from recurrent_lowering.examples import models
 
 
 class StreamLSTM(nn.Module):

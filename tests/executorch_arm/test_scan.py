@@ -13,9 +13,9 @@ import tosa_serializer as ts
 from recurrent_lowering.backends.executorch_arm import decompose, flow
 from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
 from recurrent_lowering.backends.executorch_arm.loop.tosa_template import TosaTemplate
+from recurrent_lowering.examples import models
 from recurrent_lowering.passes.spec import SpecError
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference
-from recurrent_lowering.tools import models
 
 
 def _small(kind, layers=1, bidirectional=False, T=5):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.examples import models
 from recurrent_lowering.runtime import tosa_flatbuffer
-from recurrent_lowering.tools import models
 
 INPUT, HIDDEN = 6, 8
 

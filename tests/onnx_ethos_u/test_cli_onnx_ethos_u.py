@@ -3,7 +3,7 @@ node and a MatMul head reaches a Vela-compiled .pte, its numerics checked on the
 reference model against onnxruntime running the original model (fp32).
 
 SQNR bounds: measured with random calibration (GRU 39.5 dB, LSTM 38.5 dB; see
-docs/onnx_to_ethos_u.md) minus 3.5-4.5 dB; the upper bound shows the result really is INT8.
+docs/results/onnx_to_ethos_u.md) minus 3.5-4.5 dB; the upper bound shows the result really is INT8.
 """
 
 from __future__ import annotations

@@ -1,8 +1,58 @@
-"""The repository imports as the `recurrent_lowering` package inside Bazel."""
+"""The tree shows the architecture: the CLI alone in tools/, benchmarks and research scripts
+in benchmarks/ (each a Bazel target), the bundled models in examples/."""
 
+import ast
 import importlib
+import re
+
+import pytest
+
+from recurrent_lowering.tests.smoke import source_tree
+
+CLI = {
+    "tools/BUILD.bazel",
+    "tools/__init__.py",
+    "tools/check_report.py",
+    "tools/defs.bzl",
+    "tools/lower.py",
+}
 
 
 def test_core_imports_under_repository_name():
     spec = importlib.import_module("recurrent_lowering.passes.spec")
     assert spec.CellKind.GRU.num_gates == 3
+
+
+def test_tools_holds_the_cli_only():
+    files = set(source_tree.tracked("tools/"))
+    assert {f for f in files if not f.startswith("tools/lowering/")} == CLI
+    assert all(f.endswith(".py") for f in files if f.startswith("tools/lowering/"))
+
+
+def _runnable(path: str) -> bool:
+    tree = ast.parse((source_tree.root() / path).read_text())
+    return any(
+        isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body
+    )
+
+
+def _binaries(build: str) -> set[str]:
+    """The srcs of every py_binary in a BUILD file."""
+    text = (source_tree.root() / build).read_text()
+    blocks = re.findall(r"py_binary\((.*?)\n\)", text, re.S)
+    return {src for block in blocks for src in re.findall(r'srcs = \["([^"]+)"\]', block)}
+
+
+@pytest.mark.parametrize("package", ["benchmarks", "tools", "examples"])
+def test_every_runnable_script_is_a_bazel_target(package):
+    scripts = {
+        path.removeprefix(package + "/")
+        for path in source_tree.tracked(f"{package}/*.py")
+        if _runnable(path)
+    }
+    assert scripts == _binaries(f"{package}/BUILD.bazel")
+
+
+def test_examples_are_the_clis_bundled_models():
+    models = importlib.import_module("recurrent_lowering.examples.models")
+    assert {"tiny_gru", "gru_a", "big_gru", "stream_gru"} <= set(models.MODELS)

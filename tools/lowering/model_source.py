@@ -25,7 +25,7 @@ class ModelSource:
 
 
 def bundled_names() -> list[str]:
-    from recurrent_lowering.tools import models
+    from recurrent_lowering.examples import models
 
     return sorted(models.MODELS)
 
@@ -105,7 +105,7 @@ def _load_pt2(path: pathlib.Path) -> ModelSource:
 def _load_bundled(name: str) -> ModelSource:
     import torch
 
-    from recurrent_lowering.tools import models
+    from recurrent_lowering.examples import models
 
     module, inputs = models.build(name)
     program = torch.export.export(module, inputs)

@@ -1,12 +1,13 @@
 """Regenerate the small .tosa samples used by tests/runtime/test_tosa_reference.py.
 
-    PYTHONPATH=/tmp/rlpath .venv/bin/python tests/runtime/testdata/make_tosa_samples.py
+    ./bazelw run //tests/runtime:make_tosa_samples
 
 Both come from `sample_module()` (seeded Linear(4, 3) + tanh) lowered by ExecuTorch 1.5.1's Arm
 flow; the INT one also records its I/O quantization parameters in a JSON file.
 """
 
 import json
+import os
 import pathlib
 import shutil
 import tempfile
@@ -15,7 +16,12 @@ import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
 
-HERE = pathlib.Path(__file__).parent
+# The source tree's testdata, also under `bazel run` (which starts in the runfiles tree).
+HERE = (
+    pathlib.Path(os.environ["BUILD_WORKSPACE_DIRECTORY"], "tests/runtime/testdata")
+    if "BUILD_WORKSPACE_DIRECTORY" in os.environ
+    else pathlib.Path(__file__).parent
+)
 
 
 def sample_module() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.tools import models
-from recurrent_lowering.tools import sqnr_attribution as sa
+from recurrent_lowering.benchmarks import sqnr_attribution as sa
+from recurrent_lowering.examples import models
 
 
 @pytest.fixture(scope="module")

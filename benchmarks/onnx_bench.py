@@ -1,11 +1,10 @@
-"""onnxruntime latency of rewritten GRU/LSTM graphs vs the native op (ANCHORS.md configs).
+"""onnxruntime latency of rewritten GRU/LSTM graphs vs the native op.
 
 Batch 1, fp32, T=100, one thread, median over many runs. Writes a Markdown table;
 `--profile` adds onnxruntime's per-op-type time per timestep for the rewritten graphs,
 which says where the remaining gap to the native kernel goes.
 
-  PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.onnx_bench \
-      --out docs/onnx_benchmark.md --profile --repeat 3
+  ./bazelw run //benchmarks:onnx_bench -- --out docs/results/onnx_benchmark.md --profile --repeat 3
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from recurrent_lowering.backends.onnx.rewrite import rewrite_model
+from recurrent_lowering.benchmarks import caller_directory
 
 CONFIGS = [  # (label, op, input_size, hidden_size, linear_before_reset, batch)
     ("GRU I64/H128", "GRU", 64, 128, 1, 1),
@@ -139,8 +139,8 @@ def optimized_nodes(m: onnx.ModelProto) -> collections.Counter:
 
 def gemv_probe_us(hidden: int = 256, runs: int = 2000) -> float:
     """Thread-CPU us of one numpy [1,H]x[H,3H] float32 product, the GEMV at the heart of
-    every step: how fast this machine streams a step's weights right now (ANCHORS.md's
-    native 0.88 ms for GRU I256/H256 needs under 8.8 us per whole step)."""
+    every step: how fast this machine streams a step's weights right now (a native GRU
+    I256/H256 at 0.88 ms per T=100 sequence would need under 8.8 us per whole step)."""
     rng = np.random.default_rng(0)
     r = rng.uniform(-0.05, 0.05, (hidden, 3 * hidden)).astype(np.float32)
     h = rng.uniform(-1, 1, (1, hidden)).astype(np.float32)
@@ -361,6 +361,7 @@ def main(argv=None) -> int:
         "--repeat", type=int, default=1, help="measure N times; report median and spread"
     )
     args = parser.parse_args(argv)
+    caller_directory.enter()
 
     rows, profiles = [], []
     load_start, probe = os.getloadavg()[0], gemv_probe_us()
@@ -415,18 +416,17 @@ def main(argv=None) -> int:
         "Command:",
         "",
         "```",
-        "cd /work/main && PYTHONPATH=/tmp/rlpath .venv/bin/python -m "
-        "recurrent_lowering.tools.onnx_bench --out docs/onnx_benchmark.md --profile "
-        f"--repeat {args.repeat}",
+        "./bazelw run //benchmarks:onnx_bench -- --out docs/results/onnx_benchmark.md "
+        f"--profile --repeat {args.repeat}",
         "```",
         "",
         "Variants: `unrolled` (one set of ops per step; steps are rank 2, so each product is",
         "one Gemm with its bias or x_t as C), `unrolled_mm` (MatMul+Add always), `scan`",
-        "(ONNX Scan, same step ops; x_t's gate groups are split before the loop and h' is",
-        "recombined after it from two scan outputs), `scan_mm` (MatMul+Add), `ort`",
-        '(`rewrite_model(tune_for="onnxruntime")`, `--tune_for onnxruntime` in the CLI: Scan,',
-        "its weights read through Optional -> OptionalGetElement so that onnxruntime does not",
-        "prepack them).",
+        "(the loop form, one ONNX Scan, same step ops; x_t's gate groups are split before the",
+        "loop and h' is recombined after it from two Scan outputs), `scan_mm` (MatMul+Add),",
+        '`ort` (`rewrite_model(tune_for="onnxruntime")`, `--onnx_tune_for onnxruntime` in the',
+        "CLI: Scan, its weights read through Optional -> OptionalGetElement so that onnxruntime",
+        "does not prepack them).",
         "Each cell: median thread CPU time / best wall time, in ms; ratios to native use CPU",
         "time (with one intra-op thread every kernel runs on the calling thread, so CPU time",
         "leaves out time spent preempted on a shared machine). "
@@ -523,8 +523,14 @@ def main(argv=None) -> int:
         lines.append(f"| total | {sum(c for c, _ in prof.values()):.2f} | {total_us:.2f} |")
     text = "\n".join(lines) + "\n"
     if args.out:
+        marker = "<!-- measured results end -->"
+        kept = ""
+        if os.path.exists(args.out):  # keep the hand-written analysis below the tables
+            with open(args.out) as f:
+                old = f.read()
+            kept = marker + old.split(marker, 1)[1] if marker in old else ""
         with open(args.out, "w") as f:
-            f.write(text)
+            f.write(text + ("\n" + kept if kept else ""))
     else:
         sys.stdout.write(text)
     return 0

@@ -1,7 +1,7 @@
 """Measure ExecuTorch 1.5.1's own Arm lowering of a benchmark model (the baseline we compare to).
 
-    PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.executorch_baseline \
-        gru_a TOSA-1.0+INT ethos-u55-128 --out /tmp/baseline
+    ./bazelw run //benchmarks:executorch_baseline -- gru_a TOSA-1.0+INT ethos-u55-128 \
+        --out /tmp/baseline
 
 Prints one JSON line per target: stage times, edge nodes, TOSA ops, numerics vs fp32 eager and,
 for Ethos-U targets, Vela's estimates.
@@ -14,7 +14,8 @@ import json
 import pathlib
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.tools import models
+from recurrent_lowering.benchmarks import caller_directory
+from recurrent_lowering.examples import models
 
 
 def measure(name: str, target: str, out_dir: pathlib.Path) -> dict:
@@ -63,6 +64,7 @@ def main(argv=None) -> None:
     parser.add_argument("targets", nargs="+", help="TOSA-1.0+FP, TOSA-1.0+INT, ethos-u55-128, ...")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("/tmp/et_baseline"))
     args = parser.parse_args(argv)
+    caller_directory.enter()
     for target in args.targets:
         print(json.dumps(measure(args.model, target, args.out)), flush=True)
 

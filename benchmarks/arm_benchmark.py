@@ -1,13 +1,13 @@
 """Our Arm adapter vs ExecuTorch 1.5.1's own recurrent passes, side by side, per model and target.
 
-    PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.arm_benchmark \
-        --models=gru_a,lstm_a,rnn_tanh_a --out=docs/arm_benchmark.md --json=/tmp/arm_bench.jsonl
+    ./bazelw run //benchmarks:arm_benchmark -- --models=gru_a,lstm_a,rnn_tanh_a \
+        --out=docs/results/arm_benchmark.md --json=/tmp/arm_bench.jsonl
 
 Every (model, target, decomposition, variant) is lowered in its own subprocess (lowering
 times are not skewed by a previous lowering's garbage, and memory is returned), and its row
 is appended to --json as soon as it is measured; the Markdown is rewritten after every row
 from everything in --json, so a partial run is useful and a re-run skips measured rows
-(--nore_use to measure again). Vela cycles are deterministic; lowering seconds are wall time
+(--noreuse to measure again). Vela cycles are deterministic; lowering seconds are wall time
 on whatever machine this runs on (the document records `uptime` load averages).
 
 Variants beyond ExecuTorch's defaults (user choices, --variants): `sram_only` (U55 with
@@ -30,6 +30,8 @@ import time
 
 from absl import app, flags
 
+from recurrent_lowering.benchmarks import caller_directory
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["gru_a", "lstm_a", "rnn_tanh_a", "bigru2", "big_gru"], "models")
 flags.DEFINE_list(
@@ -39,7 +41,7 @@ flags.DEFINE_list(
     "decompositions",
     ["ours", "executorch"],
     "ours (auto: unrolled up to 8 steps, loop form beyond), ours-unrolled, ours-loop (one "
-    "scan node per layer direction) and/or executorch",
+    "loop node per layer direction) and/or executorch",
 )
 flags.DEFINE_list(
     "sweep_t", [], "lowering-time sweep: gru_a at these T (e.g. 25,50,100,200), ethos-u55-128"
@@ -51,7 +53,7 @@ flags.DEFINE_list(
     "rw4 (U55, U85) and rw6 (U55): recurrent weights at 4 / 6 bits (ours only)",
 )
 flags.DEFINE_bool("non_recurrent", False, "time a small MLP and conv net with/without our passes")
-flags.DEFINE_string("out", "docs/arm_benchmark.md", "Markdown output")
+flags.DEFINE_string("out", "docs/results/arm_benchmark.md", "Markdown output")
 flags.DEFINE_string("json", "/tmp/arm_benchmark.jsonl", "JSON lines, one row per measurement")
 flags.DEFINE_string("work_dir", "/tmp/arm_benchmark", "artifacts (TOSA, Vela output) per row")
 flags.DEFINE_bool("reuse", True, "skip rows already in --json")
@@ -69,14 +71,18 @@ CYCLE_TARGETS = {
     },
     "ethos-u85-256": {m: 0.40 for m in ("gru_a", "lstm_a", "rnn_tanh_a", "bigru2", "big_gru")},
 }
-# ANCHORS.md's floors for a better decomposition (int8 R read every step, default configs).
-ANCHORS_FLOORS = {
+# Estimated floors for a decomposition that reads int8 R every step (default configs): the
+# cycles of streaming R from flash (U55) or of the MATMUL form's products (U85), over
+# ExecuTorch's cycles. Arithmetic, not measurements (docs/results/arm_benchmark.md).
+ESTIMATED_FLOORS = {
     ("ethos-u55-128", "gru_a"): "~0.64",
     ("ethos-u55-128", "big_gru"): "~0.49",
     ("ethos-u85-256", "gru_a"): "~0.35",
 }
-# ANCHORS.md's ExecuTorch figures (cycles), to check the baseline reproduces.
-ANCHORS_ET_CYCLES = {
+# ExecuTorch 1.5.1's cycles per model and target, measured with its own Arm flow at the default
+# system configs (`bazel run //benchmarks:executorch_baseline -- MODEL TARGET...`): used (†)
+# where this harness has no ExecuTorch row of its own, and checked where it has one.
+BASELINE_ET_CYCLES = {
     ("gru_a", "ethos-u55-128"): 1292124,
     ("gru_a", "ethos-u85-256"): 110873,
     ("lstm_a", "ethos-u55-128"): 1753724,
@@ -123,7 +129,7 @@ def _build(model: str):
     """(module, inputs) for a benchmark model name; "gru_a@T=50" is gru_a with T = 50."""
     import dataclasses
 
-    from recurrent_lowering.tools import models
+    from recurrent_lowering.examples import models
 
     if model in ("mlp", "convnet"):
         return _non_recurrent_models()[model]
@@ -139,7 +145,7 @@ def _warm_up(target: str, decomposition: str) -> None:
     import tempfile
 
     from recurrent_lowering.backends.executorch_arm import flow
-    from recurrent_lowering.tools import models
+    from recurrent_lowering.examples import models
 
     module, inputs = models.build("tiny_gru")
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,8 +238,8 @@ def _load(path: pathlib.Path) -> dict:
 
 
 def _run_one(key: tuple, json_path: pathlib.Path) -> dict:
-    cmd = [sys.executable, "-m", "recurrent_lowering.tools.arm_benchmark", f"--one={','.join(key)}"]
-    cmd += [f"--work_dir={FLAGS.work_dir}"]
+    cmd = [sys.executable, "-m", "recurrent_lowering.benchmarks.arm_benchmark"]
+    cmd += [f"--one={','.join(key)}", f"--work_dir={FLAGS.work_dir}"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -306,25 +312,25 @@ def render(rows: dict, command: str, loads: list) -> str:
     out = [
         "# Our Arm adapter vs ExecuTorch 1.5.1's recurrent passes",
         "",
-        "Generated by `tools/arm_benchmark.py`; edit the prose there or below the tables by hand",
-        "only after re-running. Command:",
+        "Generated by `benchmarks/arm_benchmark.py` from `arm_benchmark.jsonl` (one row per",
+        "measurement); edit the prose there, or below the tables by hand. Command:",
         "",
         "```sh",
         command,
         "```",
         "",
         '- *ours*: `flow.lower(..., decomposition="ours")` (the default; what `//tools:lower` '
-        "uses): recurrent_lowering's passes in ExecuTorch's slots, emission chosen per target "
-        '(`ArmPlan.emission`), `strategy="auto"`: unrolled up to 8 steps per layer '
-        "stack, the loop form beyond (docs/arm_loop_form.md). *ET*: ExecuTorch "
+        "uses): recurrent_lowering's passes in ExecuTorch's slots, the recurrent product's form "
+        'chosen per target (`ArmPlan.emission`), `strategy="auto"`: unrolled up to 8 '
+        "steps per layer stack, the loop form beyond (docs/arm_loop_form.md). *ET*: ExecuTorch "
         "1.5.1's own DecomposeGru/Lstm/RnnPass.",
         "- Cycles: Vela 5.1.0 estimates, ExecuTorch's default system config and memory mode per "
         "target (U55: Ethos_U55_High_End_Embedded, Shared_Sram; U85: Ethos_U85_SYS_DRAM_Mid, "
         "Sram_Only). Deterministic.",
-        "- Target: the acceptance ratio (ours/ET). Floor: ANCHORS.md's estimate of what a "
-        "better decomposition reaches with int8 R read every step; on U85 also *mm*, our "
-        "recurrent MATMULs alone over ExecuTorch's cycles (Vela's per-op table), which no "
-        "glue removal lowers.",
+        "- Target: the project's target ratio (ours/ET). Floor: an estimate of what a "
+        "decomposition reaches with int8 R read every step (below the tables); on U85 also "
+        "*mm*, our recurrent MATMULs alone over ExecuTorch's cycles (Vela's per-op table), "
+        "which no glue removal lowers.",
         "- Lowering s: quantize + export + `to_edge_transform_and_lower` wall seconds (Vela and "
         "to_executorch excluded). Noisy: a 2-core machine shared by other workers; 1-minute "
         f"load averages at the measurements: {_fmt(min(loads) if loads else None)} to "
@@ -344,8 +350,8 @@ def render(rows: dict, command: str, loads: list) -> str:
                 continue
             c_o, c_e = _cycles(ours), _cycles(et)
             mark = ""
-            if c_e is None and (model, target) in ANCHORS_ET_CYCLES:
-                c_e, mark = ANCHORS_ET_CYCLES[(model, target)], "†"  # not measured in this run
+            if c_e is None and (model, target) in BASELINE_ET_CYCLES:
+                c_e, mark = BASELINE_ET_CYCLES[(model, target)], "†"  # not measured in this run
             ratio = f"**{c_o / c_e:.3f}**{mark}" if c_o and c_e else "-"
             goal = CYCLE_TARGETS.get(target, {}).get(model)
             err = [r.get("error") for r in (ours, et) if r and r.get("error")]
@@ -361,19 +367,20 @@ def render(rows: dict, command: str, loads: list) -> str:
             )
     out += [
         "",
-        "† ExecuTorch's cycles from ANCHORS.md (not measured in this run; the harness reproduces "
-        "ANCHORS.md's figures exactly where both exist).",
+        "† ExecuTorch's cycles from the baseline measurement (`BASELINE_ET_CYCLES`; "
+        "`bazel run //benchmarks:executorch_baseline -- MODEL TARGET`), not by this harness; "
+        "where both exist they are identical (next line).",
     ]
     check = [
         (m, t, _cycles(rows.get((m, t, "executorch", "default"))), c)
-        for (m, t), c in ANCHORS_ET_CYCLES.items()
+        for (m, t), c in BASELINE_ET_CYCLES.items()
         if rows.get((m, t, "executorch", "default"))
     ]
     if check:
         same = all(a == b for _, _, a, b in check)
         out += [
             "",
-            f"ExecuTorch baseline vs ANCHORS.md's cycles: {len(check)} rows, "
+            f"ExecuTorch rows here vs the baseline measurement's cycles: {len(check)} rows, "
             + ("all identical." if same else f"differences: {[c for c in check if c[2] != c[3]]}"),
         ]
     loops = [
@@ -384,13 +391,13 @@ def render(rows: dict, command: str, loads: list) -> str:
     if loops:
         out += [
             "",
-            "## Forced emission (`--emission loop` / `unrolled`)",
+            "## Forced form (`--emission loop` / `unrolled`)",
             "",
             "The main table's *ours* is `auto`: unrolled up to 8 steps per layer stack, the "
             "loop form beyond (docs/arm_loop_form.md), so for these models the main table is "
             "the loop form. Here the unrolled form forced, same models and targets.",
             "",
-            "| model | target | emission | cycles | vs ET | SQNR dB | lowering s (CPU s) | "
+            "| model | target | form | cycles | vs ET | SQNR dB | lowering s (CPU s) | "
             "edge nodes | TOSA ops |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
@@ -398,7 +405,7 @@ def render(rows: dict, command: str, loads: list) -> str:
             row = rows[key]
             c = _cycles(row)
             base = _cycles(rows.get((key[0], key[1], "executorch", "default")))
-            base = base or ANCHORS_ET_CYCLES.get((key[0], key[1]))
+            base = base or BASELINE_ET_CYCLES.get((key[0], key[1]))
             out.append(
                 f"| {key[0]} | {key[1]} | {key[2][len('ours-') :]} | {_fmt_int(c)} | "
                 f"{_fmt(c / base if c and base else None, '.3f')} | {_fmt(row.get('sqnr_db'))} | "
@@ -419,7 +426,7 @@ def render(rows: dict, command: str, loads: list) -> str:
         for key in sorted(variants):
             row = rows[key]
             base = _cycles(rows.get((key[0], key[1], "executorch", "default")))
-            base = base or ANCHORS_ET_CYCLES.get((key[0], key[1]))
+            base = base or BASELINE_ET_CYCLES.get((key[0], key[1]))
             c = _cycles(row)
             vela = row.get("vela", {})
             out.append(
@@ -501,9 +508,9 @@ _all_rows: dict = {}  # key -> every row measured for it (the non-recurrent repe
 
 
 def _floor(model: str, target: str, ours, et_cycles) -> str:
-    """ANCHORS.md's floor, and where our program has MATMULs (the recurrent products on U85)
+    """The estimated floor, and where our program has MATMULs (the recurrent products on U85)
     their share of ExecuTorch's cycles."""
-    parts = [ANCHORS_FLOORS[(target, model)]] if (target, model) in ANCHORS_FLOORS else []
+    parts = [ESTIMATED_FLOORS[(target, model)]] if (target, model) in ESTIMATED_FLOORS else []
     mm = ((ours or {}).get("vela") or {}).get("cycles_by_npu_op", {}).get("MatMul")
     if mm and et_cycles:
         parts.append(f"mm {mm / et_cycles:.3f}")
@@ -529,6 +536,7 @@ def _write(path: pathlib.Path, json_path: pathlib.Path, command: str) -> None:
 
 def main(argv) -> None:
     del argv
+    caller_directory.enter()
     work = pathlib.Path(FLAGS.work_dir)
     if FLAGS.one:
         model, target, dec, variant = FLAGS.one.split(",")
@@ -536,10 +544,7 @@ def main(argv) -> None:
         return
     json_path = pathlib.Path(FLAGS.json)
     out = pathlib.Path(FLAGS.out)
-    command = " ".join(
-        ["PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.arm_benchmark"]
-        + sys.argv[1:]
-    )
+    command = " ".join(["./bazelw run //benchmarks:arm_benchmark --"] + sys.argv[1:])
     done = _load(json_path) if FLAGS.reuse else {}
     planned = _plan()
     repeats: dict = {}

@@ -1,9 +1,9 @@
-"""The ANCHORS.md benchmark models: shapes, parameter init and determinism."""
+"""The bundled benchmark models: shapes, parameter init and determinism."""
 
 import pytest
 import torch
 
-from recurrent_lowering.tools import models
+from recurrent_lowering.examples import models
 
 
 @pytest.mark.parametrize("name", ["gru_a", "lstm_a", "rnn_tanh_a", "bigru2", "tiny_gru"])

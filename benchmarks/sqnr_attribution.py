@@ -1,8 +1,8 @@
 """Where does INT8 error enter? Per-tensor attribution on the fake-quantized torch model.
 
-    PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.sqnr_attribution \
+    ./bazelw run //benchmarks:sqnr_attribution -- \
         --models=gru_a,lstm_a,rnn_tanh_a --decompositions=ours,executorch --num_inputs=6 \
-        --out=docs/sqnr_attribution.json
+        --out=docs/results/sqnr_attribution.json
 
 The PT2E-converted GraphModule (quantize/dequantize around every value, weights as int8
 constants with a dequantize) run in torch reproduces the TOSA reference model's SQNR within a
@@ -35,6 +35,7 @@ from absl import app, flags
 
 from recurrent_lowering.backends.executorch_arm.decompose import as_module
 from recurrent_lowering.backends.executorch_arm.loop.op import run_graph
+from recurrent_lowering.benchmarks import caller_directory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["gru_a", "lstm_a", "rnn_tanh_a"], "benchmark models")
@@ -225,7 +226,7 @@ def inputs_for(model: str, k: int):
     """(module, inputs): input 0 is the benchmark's own; input k > 0 is drawn from seed 1000+k."""
     import torch
 
-    from recurrent_lowering.tools import models
+    from recurrent_lowering.examples import models
 
     module, inputs = models.build(model)
     if k:
@@ -261,6 +262,7 @@ def run(model: str, decomposition: str, target: str, num_inputs: int, quantizer_
 
 def main(argv):
     del argv
+    caller_directory.enter()
     results = {}
     for m in FLAGS.models:
         for d in FLAGS.decompositions:

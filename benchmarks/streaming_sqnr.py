@@ -1,7 +1,7 @@
 """stream_gru fed its own state for many frames: does quantization error accumulate?
 
-  PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.streaming_sqnr \
-      --target ethos-u55-128 --activations int8 --frames 1000 --out docs/img/stream_gru_u55_int8
+  ./bazelw run //benchmarks:streaming_sqnr -- \
+      --target ethos-u55-128 --activations int8 --frames 1000 --out /tmp/stream_gru_u55_int8
 
 Lowers stream_gru fully delegated (our decomposition; RecurrentStateQuantizer: h_n shares h0's
 quantization unless --noshare_state), calibrated on fp32 closed-loop frames (seed 1), then runs
@@ -22,7 +22,8 @@ from absl import app, flags
 
 from recurrent_lowering.backends.executorch_arm import arm_hooks, flow, streaming
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
-from recurrent_lowering.tools import models
+from recurrent_lowering.benchmarks import caller_directory
+from recurrent_lowering.examples import models
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("target", "ethos-u55-128", "Ethos-U or TOSA-1.0+INT[+int16] target")
@@ -95,6 +96,7 @@ def _label(figures: dict) -> str:
 
 def main(argv) -> int:
     del argv
+    caller_directory.enter()
     out = pathlib.Path(FLAGS.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if FLAGS.plot_only:

@@ -6,7 +6,7 @@ the `create_node` calls inside the time loop of `_build_direction` (following ca
 class's own helpers, such as LSTM's `_build_cell_step`), plus the per-timestep direction
 concat of the bidirectional case. Nothing is imported from ExecuTorch.
 
-    PYTHONPATH=/tmp/rlpath .venv/bin/python -m recurrent_lowering.tools.core_op_counts
+    ./bazelw run //benchmarks:core_op_counts
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The benchmark models of ANCHORS.md as torch modules, with their example inputs.
+"""The bundled example and benchmark models as torch modules, with their example inputs.
+
+`RNNHead(kind, I, H, layers, bidirectional)`: one torch GRU/LSTM/RNN stack (batch_first), then
+Linear(H*dirs, 1) and sigmoid at every step; input [1, T, I]. stream_gru is one step (T=1) with
+h0 as input and h_n as output, and a Linear-tanh-Linear-sigmoid head. `//tools:lower` lowers
+each by name; the benchmarks (docs/results/) measure gru_a, lstm_a, rnn_tanh_a, bigru2,
+big_gru and stream_gru.
 
 Every measurement (ExecuTorch baseline, our lowering, ONNX) must run on the very same weights,
 so the models are built deterministically: `torch.manual_seed(0)`, then every parameter drawn
