@@ -109,9 +109,10 @@ class ArmPlan:
     @property
     def emission(self) -> Emission:
         """The recurrent product that gives the fewest Vela cycles
-        (docs/results/arm_benchmark.md): on Ethos-U85 a MATMUL with R on the left (Vela runs a per-step CONV at about 12
-        MACs/cycle there, the MATMUL at about 20); elsewhere, and for weights of fewer than
-        8 bits (a MATMUL's R is an int8 feature map), the CONV form."""
+        (docs/results/arm_benchmark.md): on Ethos-U85 a MATMUL with R on the left (Vela
+        runs a per-step CONV at about 12 MACs/cycle there, the MATMUL at about 20);
+        elsewhere, and for weights of fewer than 8 bits (a MATMUL's R is an int8 feature
+        map), the CONV form."""
         u85 = self.target.lower().startswith("ethos-u85")
         return Emission("matmul" if u85 and self.recurrent_weight_bits == 8 else "linear")
 
