@@ -266,7 +266,7 @@ class _Rewriter:
             raise OnnxReadError(
                 spec.name,
                 "X",
-                "a dynamic sequence length cannot be unrolled; the loop form takes it",
+                "unrolling needs a static sequence length; the loop form takes a dynamic one",
             )
         spec = dataclasses.replace(spec, seq_len=steps)
         if self.keep is not None and self.keep(dataclasses.replace(read, spec=spec)):
