@@ -241,6 +241,7 @@ def run(model: str, decomposition: str, target: str, num_inputs: int, quantizer_
     import torch
 
     from recurrent_lowering.backends.executorch_arm import flow
+    from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 
     ethos = target.startswith("ethos-u")
     spec = flow.compile_spec(
@@ -249,7 +250,7 @@ def run(model: str, decomposition: str, target: str, num_inputs: int, quantizer_
         "Ethos_U55_High_End_Embedded" if ethos else None,
         "Shared_Sram" if ethos else None,
     )
-    qf, _ = flow.factories(decomposition, target, quantizer_factory, None)
+    qf, _ = flow.factories(decomposition, ArmPlan(target), quantizer_factory)
     results = []
     for k in range(num_inputs):
         module, inputs = inputs_for(model, k)

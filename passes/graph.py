@@ -312,6 +312,9 @@ class Graph:
         """To `shape` (one dim may be -1); its known dims become the node's shape."""
         x = self.wrap(x)
         out = tuple(None if d == -1 else int(d) for d in shape)
+        if -1 in shape and x.shape is not None and None not in x.shape:  # the -1, computed
+            known = int(np.prod([d for d in shape if d != -1]))
+            out = tuple(int(np.prod(x.shape)) // known if d == -1 else int(d) for d in shape)
         return self._node("reshape", (x,), (tuple(int(d) for d in shape),), out)
 
     def unstack(self, x, axis: int, n: int) -> list:

@@ -30,6 +30,8 @@ class Plan:
     loop_initial_in_ys: bool = False  # the loop's ys may start with its initial h
     row_views: Optional[str] = None  # "static" (batch size known) | "any" | None
     loop_rows: bool = False  # loops read rows in place, through the row view
+    merge_slices: bool = False  # disjoint slices of one value: one split
+    fuse_linear_add: bool = False  # add(linear(x, W), v): v as the linear's bias
     # spec -> why the loop form cannot take it (None: it can), for "auto"
     loop_takes: Callable[[RecurrentSpec], Optional[str]] = lambda spec: None
 
@@ -63,4 +65,8 @@ def lower(program: RecurrentProgram, plan: Plan) -> RecurrentProgram:
         program = tunings.row_views(program, static_batch=plan.row_views == "static")
     if plan.loop_rows:
         program = tunings.loop_rows(program)
+    if plan.merge_slices:
+        program = tunings.merge_slices(program)
+    if plan.fuse_linear_add:
+        program = tunings.fuse_linear_add(program)
     return program

@@ -224,3 +224,113 @@ def _peeled_rows(source: Node, loop: Node, readers: dict) -> list:
         if len(users) == 1 and users[0].op == "squeeze" and users[0].attrs[0] == 0:
             out.append(users[0])
     return out
+
+
+def merge_slices(program: RecurrentProgram) -> RecurrentProgram:
+    """Slices cutting one value along one axis into disjoint pieces become pieces of one
+    split (the gate blocks of a step's recurrent product, [r|z] into r and z): a runtime
+    that pays per node (onnxruntime: about a quarter of a microsecond) runs one. In loop
+    bodies too."""
+    return _map_loop_bodies(program, _merge_slices)
+
+
+def fuse_linear_add(program: RecurrentProgram) -> RecurrentProgram:
+    """A linear without bias whose only reader adds a value of its [M, N] shape (or one
+    that broadcasts to it) takes that value as its bias: x_t + h R^T in one Gemm. In loop
+    bodies too."""
+    return _map_loop_bodies(program, _fuse_linear_add)
+
+
+def _merge_slices(outputs: list, graph) -> list:
+    readers = _readers(outputs)
+    pieces: dict = {}  # id(slice) -> (source, axis, sizes, index)
+    for source in reachable([o for o in outputs if o is not None]):
+        groups: dict = {}
+        for u in readers.get(id(source), []):
+            if u.op == "slice" and source.shape is not None:
+                axis = u.attrs[0] % len(source.shape)
+                groups.setdefault(axis, []).append(u)
+        for axis, slices in groups.items():
+            dim = source.shape[axis]
+            if dim is None or len(slices) < 2:
+                continue
+            spans = sorted((*slice(u.attrs[1], u.attrs[2]).indices(dim)[:2], id(u)) for u in slices)
+            if any(a[1] > b[0] or a[0] >= a[1] for a, b in zip(spans, spans[1:])):
+                continue  # overlapping (or empty) pieces
+            if spans[-1][0] >= spans[-1][1]:
+                continue
+            sizes, index, pos = [], {}, 0
+            for lo, hi, key in spans + [(dim, dim, None)]:
+                if lo > pos:
+                    sizes.append(lo - pos)  # a gap nothing reads
+                if key is not None:
+                    index[key] = len(sizes)
+                    sizes.append(hi - lo)
+                pos = hi
+            for u in slices:
+                pieces[id(u)] = (source, axis, tuple(sizes), index[id(u)])
+
+    def hook(node: Node, args, new):
+        if node.op == "slice" and id(node) in pieces:
+            source, axis, sizes, k = pieces[id(node)]
+            return node.graph.split(new(source), axis, sizes)[k]
+        return None
+
+    return rebuild(outputs, hook, graph=graph)
+
+
+def _broadcasts_to(shape, target) -> bool:
+    """`shape` broadcasts one way to a rank-2 `target` (unknown dims match only as such)."""
+    if shape is None or target is None or len(target) != 2 or len(shape) > 2:
+        return False
+    return all(s == 1 or s == t for s, t in zip(reversed(shape), reversed(target)))
+
+
+def _fuse_linear_add(outputs: list, graph) -> list:
+    readers = _readers(outputs)
+
+    def fusable(node, other) -> bool:
+        return (
+            node.op == "linear"
+            and node.attrs[1] is None  # no bias yet
+            and len(node.shape or ()) == 2
+            and readers.get(id(node)) is not None
+            and len(readers[id(node)]) == 1
+            and _broadcasts_to(other.shape, node.shape)
+        )
+
+    def hook(node: Node, args, new):
+        if node.op != "add":
+            return None
+        for k in (0, 1):
+            product, other = node.args[k], node.args[1 - k]
+            if fusable(product, other) and args[k].op == "linear":
+                rebuilt = args[k]
+                rest = iter(rebuilt.args[1:])
+                w = next(rest) if isinstance(rebuilt.attrs[0], str) else rebuilt.attrs[0]
+                return node.graph.linear(rebuilt.args[0], w, args[1 - k], rebuilt.attrs[2])
+        return None
+
+    return rebuild(outputs, hook, graph=graph)
+
+
+def _map_loop_bodies(program: RecurrentProgram, fn) -> RecurrentProgram:
+    """`fn(outputs, graph) -> outputs` applied to the program and to every loop's body."""
+    done: dict = {}
+
+    def body_of(loop):
+        if id(loop) not in done:
+            body = loop.body
+            outputs = fn(body.outputs, body.graph)
+            done[id(loop)] = dataclasses.replace(
+                loop, body=Body(body.graph, body.inputs, outputs, body.num_carried)
+            )
+        return done[id(loop)]
+
+    def hook(node: Node, args, new):
+        if node.op == "loop":
+            return node.graph._node("loop", args, (body_of(node.attrs[0]),), None)
+        return None
+
+    outputs = rebuild(program.outputs, hook)
+    return program.replace(fn(outputs, program.graph))

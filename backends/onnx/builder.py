@@ -133,7 +133,6 @@ class OnnxBuilder(Builder):
         self.unpack_loop_weights = unpack_loop_weights
         self.nodes: list = []
         self.types: dict = {}  # value name -> (elem_type, shape tuple or None)
-        self._slices: dict = {}  # Slice output -> (input, axis, start, end, dim), for finalize
         self._transposes: dict = {}  # runtime weight -> its Transpose (MatMul form)
         self._transpose_of: dict = {}  # Transpose output -> (its input, perm)
 
@@ -348,114 +347,7 @@ class OnnxBuilder(Builder):
         else:
             inputs = [x, self._ints([start]), self._ints([end]), self._ints([axis])]
             y = self._node("Slice", inputs, self.elem_type(x), out)
-        if shape is not None and shape[axis] is not None:
-            lo, hi, _ = slice(start, end).indices(shape[axis])
-            if lo < hi:
-                self._slices[y] = (x, axis, lo, hi, shape[axis])
         return y
-
-    def finalize(self, keep=()) -> list:
-        """The emitted nodes, with fewer of them: onnxruntime pays about a quarter of a
-        microsecond per node (more inside an unrolled graph), so
-
-        (1) Slices cutting one value along one axis into disjoint pieces become one Split
-            (the gate blocks of a step's recurrent product, [r|z] into r and z);
-        (2) the same Slice (along another axis) applied to several pieces of such a Split
-            becomes one Slice of the Split's input followed by one more Split;
-        (3) a Gemm without C whose only reader is an Add takes the Add's other operand as
-            C (x_t + h R^T in one kernel).
-
-        `keep`: values needed outside these nodes.
-        """
-        self.nodes = self._merge_slices(keep)
-        if self.opset >= 7:  # Gemm-7: C broadcasts one way
-            self.nodes = _fuse_gemm_add(self.nodes, self.types, keep)
-        return self.nodes
-
-    def _merge_slices(self, keep) -> list:
-        slices, self._slices = self._slices, {}
-        groups: dict = {}
-        for out, (x, axis, lo, hi, dim) in slices.items():
-            groups.setdefault((x, axis, dim), []).append((lo, hi, out))
-        replace: dict = {}  # first replaced Slice output -> nodes to put in its place
-        removed: set = set()
-        splits: dict = {}  # Split piece -> (Split input, axis, sizes, piece index)
-        candidates = {}
-        for key, parts in groups.items():
-            parts.sort()
-            if len(parts) >= 2 and all(a[1] <= b[0] for a, b in zip(parts, parts[1:])):
-                candidates[key] = parts
-        axis_of_piece = {out: key[1] for key, parts in candidates.items() for *_, out in parts}
-        for (x, axis, dim), parts in candidates.items():
-            if axis_of_piece.get(x, axis) != axis:
-                continue  # pieces of a piece: (2) below does all timesteps at once
-            sizes, outs = self._pieces(parts, dim)
-            members = {out for _, _, out in parts}
-            first = next(n.output[0] for n in self.nodes if n.output[0] in members)
-            replace[first] = [self._split_node(x, axis, sizes, outs)]
-            removed |= members
-            for i, out in enumerate(outs):
-                splits[out] = (x, axis, sizes, i, first)
-        # (2) slice-of-piece -> piece-of-slice
-        regroup: dict = {}
-        for out, (x, axis, lo, hi, _) in slices.items():
-            if out in removed or x not in splits:
-                continue
-            base, split_axis, sizes, index, anchor = splits[x]
-            if split_axis != axis:
-                key = (base, split_axis, tuple(sizes), anchor, axis, lo, hi)
-                regroup.setdefault(key, []).append((index, out))
-        for (base, split_axis, sizes, anchor, axis, lo, hi), members in regroup.items():
-            if len(members) < 3:  # two new nodes must replace more than two
-                continue
-            cut = self._slice_node(base, axis, lo, hi)
-            by_index = dict(members)
-            outs = [
-                by_index.get(i) or self.names.new(f"{self.prefix}/unused")
-                for i in range(len(sizes))
-            ]
-            replace[anchor] += [cut, self._split_node(cut.output[0], split_axis, list(sizes), outs)]
-            removed |= {out for _, out in members}
-        if not removed:
-            return self.nodes
-        nodes = []
-        for n in self.nodes:
-            if n.op_type == "Slice" and n.output[0] in removed:
-                nodes.extend(replace.get(n.output[0], ()))
-                continue
-            nodes.append(n)
-        # a Split whose every piece went to (2) is dead now
-        created = {id(n) for group in replace.values() for n in group}
-        used = _inputs_of(nodes) | set(keep)
-        self.nodes = [
-            n
-            for n in nodes
-            if not (id(n) in created and n.op_type == "Split" and used.isdisjoint(n.output))
-        ]
-        return self.nodes
-
-    def _pieces(self, parts, dim):
-        """Split sizes and outputs covering [0, dim), with fresh names for the gaps."""
-        sizes, outs, pos = [], [], 0
-        for lo, hi, out in parts + [(dim, dim, None)]:
-            if lo > pos:
-                sizes.append(lo - pos)
-                outs.append(self.names.new(f"{self.prefix}/unused"))
-            if out is not None:
-                sizes.append(hi - lo)
-                outs.append(out)
-            pos = hi
-        return sizes, outs
-
-    def _slice_node(self, x, axis, lo, hi):
-        name = self.names.new(f"{self.prefix}/Slice_node")
-        out = self.names.new(f"{self.prefix}/Slice")
-        if self.opset < 10:
-            return helper.make_node(
-                "Slice", [x], [out], name=name, axes=[axis], starts=[lo], ends=[hi]
-            )
-        inputs = [x, self._ints([lo]), self._ints([hi]), self._ints([axis])]
-        return helper.make_node("Slice", inputs, [out], name=name)
 
     def _split_node(self, x, axis, sizes, outs):
         name = self.names.new(f"{self.prefix}/Split_node")
@@ -637,7 +529,7 @@ class OnnxBuilder(Builder):
                 v = inner._node("Identity", [v], inner.elem_type(v), inner.shape(v))
             seen.add(v)
             body_outputs.append(v)
-        body_nodes = inner.finalize(keep=body_outputs)
+        body_nodes = inner.nodes
         steps = None
         if xs and self.shape(xs[0]) is not None:
             steps = self.shape(xs[0])[0]
@@ -790,47 +682,6 @@ def _resized(shape, axis: int, size):
         return None
     axis %= len(shape)
     return shape[:axis] + (size,) + shape[axis + 1 :]
-
-
-def _fuse_gemm_add(nodes, types, keep) -> list:
-    """Gemm(a, B) (no C) whose only reader is Add(., x) becomes Gemm(a, B, x), in the Add's
-    place: x W^T + x_t at every step of an LSTM/RNN, GRU's x_rz + h R_rz^T. onnxruntime
-    runs one kernel instead of two; x must broadcast to the product's [M, N] one-way."""
-    uses: dict = {}
-    for n in nodes:
-        for i in _inputs_of([n]):
-            uses[i] = uses.get(i, 0) + 1
-    for k in keep:
-        uses[k] = uses.get(k, 0) + 1
-    gemms = {n.output[0]: n for n in nodes if n.op_type == "Gemm" and len(n.input) == 2}
-    moved, replace = set(), {}
-    for n in nodes:
-        if n.op_type != "Add":
-            continue
-        for g, other in ((n.input[0], n.input[1]), (n.input[1], n.input[0])):
-            gemm = gemms.get(g)
-            if gemm is None or id(gemm) in moved or uses.get(g) != 1:
-                continue
-            g_type, o_type = types.get(g, (None, None)), types.get(other, (None, None))
-            if not _broadcasts_to(o_type[1], g_type[1]) or g_type[0] != o_type[0]:
-                continue
-            fused = helper.make_node(
-                "Gemm", list(gemm.input) + [other], [n.output[0]], name=gemm.name
-            )
-            fused.attribute.extend(gemm.attribute)
-            moved.add(id(gemm))
-            replace[id(n)] = fused
-            break
-    if not replace:
-        return nodes
-    return [replace.get(id(n), n) for n in nodes if id(n) not in moved]
-
-
-def _broadcasts_to(shape, target) -> bool:
-    """shape is one-way broadcastable to a rank-2 target (unknown dims must match as such)."""
-    if shape is None or target is None or len(target) != 2 or len(shape) > 2:
-        return False
-    return all(s == 1 or s == t for s, t in zip(reversed(shape), reversed(target)))
 
 
 def _hint(name: str, role: str) -> str:

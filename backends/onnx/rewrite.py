@@ -141,15 +141,18 @@ def _prefix(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_./:-]", "_", label)
 
 
-def _plan(strategy: str, opset: int) -> Plan:
+def _plan(strategy: str, opset: int, linear_mode: str) -> Plan:
     """ONNX's plan: onnxruntime fuses a Gemm with the activation after it (FusedGemm), so
     one product per activation group (GRU [r|z] and n, LSTM [i|f|o] and g) beats one
-    product and a Split; a sequence's steps are one Reshape and one Split (Reshape takes
-    its shape as an input from opset 5)."""
+    product and a Split; it pays per node, so a sequence's steps are one Reshape and one
+    Split (Reshape takes its shape as an input from opset 5), the slices of one value one
+    Split, and a step's x_t + h R^T one Gemm (Gemm-7's C broadcasts one way)."""
     return Plan(
         strategy=strategy,
         split_products=True,
         row_views="any" if opset >= 5 else None,
+        merge_slices=True,
+        fuse_linear_add=linear_mode == "gemm" and opset >= 7,
     )
 
 
@@ -292,7 +295,7 @@ class _Rewriter:
                 h0,
                 c0,
                 sequence_lens=seq,
-                plan=_plan(strategy, self.opset),
+                plan=_plan(strategy, self.opset, self.linear_mode),
                 shapes={"x": builder.shape(x), "h0": builder.shape(h0), "c0": builder.shape(c0)},
             )
         except SpecError:
@@ -311,7 +314,7 @@ class _Rewriter:
         self.replaced_inputs.extend(i for i in list(node.input)[1:4] + list(node.input)[7:8] if i)
         if not isinstance(read.sequence_lens, str) and len(node.input) > 4 and node.input[4]:
             self.replaced_inputs.append(node.input[4])
-        return builder.finalize()
+        return builder.nodes
 
 
 def _remove_dead(model: onnx.ModelProto, candidates: list) -> None:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 from recurrent_lowering.benchmarks import sqnr_attribution as sa
 from recurrent_lowering.examples import models
 
@@ -16,7 +17,7 @@ def converted(tmp_path_factory):
     """(module, inputs, converted GraphModule) for tiny_gru with our decomposition."""
     module, inputs = models.build("tiny_gru")
     spec = flow.compile_spec("TOSA-1.0+INT", tmp_path_factory.mktemp("tosa"), None, None)
-    qf, _ = flow.factories("ours", "TOSA-1.0+INT", None, None)
+    qf, _ = flow.factories("ours", ArmPlan("TOSA-1.0+INT"))
     return module, inputs, sa.quantize(module, inputs, spec, qf)
 
 

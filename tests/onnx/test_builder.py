@@ -89,37 +89,3 @@ def test_names_stay_unique_and_constants_are_shared():
     outs = [b.add("x", one_a) for _ in range(3)]
     assert len(set(outs)) == 3 and "lstm/Add" not in outs
     assert b.pool.initializers[0].data_type == onnx.TensorProto.FLOAT
-
-
-@pytest.mark.parametrize("opset", [9, 13, 22])
-def test_finalize_merges_per_step_slices(opset):
-    """T time slices become one Split; the same gate slice of each becomes Slice + Split."""
-    steps = 5
-    b = OnnxBuilder("n", np.float32, opset, Names({"x"}))
-    b.declare("x", b.float_type, (steps, 2, 6))
-    pieces = [b.slice("x", 0, t, t + 1) for t in range(steps)]
-    gates = [b.slice(p, -1, 4, 6) for p in pieces]
-    outs = [b.add(p, b.constant(np.array(1.0))) for p in pieces[:2]] + gates
-    nodes = b.finalize(keep=outs)
-    ops = [n.op_type for n in nodes]
-    assert ops.count("Split") == 2 and ops.count("Slice") == 1, ops
-    x = np.random.default_rng(0).standard_normal((steps, 2, 6)).astype(np.float32)
-    got = _run(b, [("x", [steps, 2, 6])], outs, opset, {"x": x})
-    want = [x[t : t + 1] + 1 for t in range(2)] + [x[t : t + 1, :, 4:6] for t in range(steps)]
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-6)
-
-
-def test_overlapping_slices_stay_slices():
-    b = OnnxBuilder("n", np.float32, 17, Names({"x"}))
-    b.declare("x", b.float_type, (4, 6))
-    b.slice("x", 1, 0, 4)
-    b.slice("x", 1, 2, 6)
-    assert [n.op_type for n in b.finalize()] == ["Slice", "Slice"]
-
-
-def test_unused_time_split_is_dropped_but_kept_values_stay():
-    b = OnnxBuilder("n", np.float32, 17, Names({"x"}))
-    b.declare("x", b.float_type, (4, 2, 6))
-    gates = [b.slice(b.slice("x", 0, t, t + 1), -1, 0, 2) for t in range(4)]
-    assert [n.op_type for n in b.finalize(keep=gates)] == ["Slice", "Split"]
