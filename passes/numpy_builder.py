@@ -34,9 +34,6 @@ class NumpyBuilder(Builder):
         y = x @ self._f(weight).T  # constant or runtime weight alike
         return y if bias is None else y + self._f(bias)
 
-    def matmul(self, a, b):
-        return a @ b
-
     def add(self, a, b):
         return a + b
 

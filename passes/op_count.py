@@ -56,9 +56,6 @@ class CountingBuilder(Builder):
         self.roles.append(role)
         return self._op("linear")
 
-    def matmul(self, a, b):
-        return self._op("matmul")
-
     def add(self, a, b):
         return self._op("add")
 

@@ -46,15 +46,8 @@ from recurrent_lowering.passes.spec import (
     SpecError,
 )
 
-from .fx_builder import (
-    PLAIN,
-    ConstantSink,
-    Emission,
-    FxBuilder,
-    ModuleConstants,
-    ProgramConstants,
-    fake_mode_of,
-)
+from .fx_builder import PLAIN, Emission, FxBuilder
+from .fx_constants import ConstantSink, ModuleConstants, ProgramConstants, fake_mode_of
 from .plan import core_plan
 
 aten = torch.ops.aten

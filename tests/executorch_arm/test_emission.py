@@ -17,11 +17,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from recurrent_lowering import passes
-from recurrent_lowering.backends.executorch_arm.fx_builder import (
-    Emission,
-    FxBuilder,
-    ModuleConstants,
-)
+from recurrent_lowering.backends.executorch_arm.fx_builder import Emission, FxBuilder
+from recurrent_lowering.backends.executorch_arm.fx_constants import ModuleConstants
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan, core_plan
 from recurrent_lowering.passes import CellKind, Direction, IOLayout, RecurrentSpec
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
