@@ -18,7 +18,8 @@ from .program import RecurrentProgram
 from .spec import RecurrentSpec
 from .unroll import unroll
 
-STRATEGIES = ("auto", "unrolled", "loop")
+FORMS = ("unrolled", "loop")  # what a recurrence becomes
+STRATEGIES = ("auto", *FORMS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,9 +7,8 @@ from typing import Sequence
 from . import activations
 from . import weights as wa
 from .builder import POSITIONS, SCAN, SELECT, Builder, is_constant
+from .plan import FORMS
 from .spec import CellKind, LayerWeights, RecurrentSpec, SpecError
-
-STRATEGIES = ("unrolled", "loop")
 
 
 def validate(
@@ -79,8 +78,8 @@ def validate(
             fail(attr, f"spec says has_{attr}={flag} but {given} given")
 
     # strategy and capabilities
-    if strategy not in STRATEGIES:
-        fail("strategy", f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    if strategy not in FORMS:
+        fail("strategy", f"unknown strategy {strategy!r}; known: {', '.join(FORMS)}")
     if strategy == "unrolled" and spec.seq_len is None:
         fail("seq_len", "unrolled emission needs a static sequence length")
     if strategy == "loop" and SCAN not in builder.capabilities:

@@ -34,7 +34,7 @@ from executorch.exir.pass_base import ExportPass
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassResult
 
-from .decompose import decompose_graph_module
+from .decompose import CELL_OPS, SEQUENCE_OPS, decompose_graph_module
 from .fx_builder import PLAIN, Emission
 
 aten = torch.ops.aten
@@ -46,16 +46,7 @@ class DecomposeRecurrentPass(ArmOpTargetedPass):
 
     _passes_required_after: Set[Type[ExportPass]] = set()
     check_allowed_to_transform = True
-    target_ops = (
-        aten.gru.input,
-        aten.gru_cell.default,
-        aten.lstm.input,
-        aten.lstm_cell.default,
-        aten.rnn_tanh.input,
-        aten.rnn_relu.input,
-        aten.rnn_tanh_cell.default,
-        aten.rnn_relu_cell.default,
-    )
+    target_ops = tuple(SEQUENCE_OPS) + tuple(CELL_OPS)
 
     def __init__(
         self,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import math
 import pathlib
 import tempfile
 import time
@@ -30,13 +29,11 @@ import numpy as np
 import torch
 
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference, vela
+from recurrent_lowering.runtime.metrics import sqnr_db
 
 from .edge_io import io_mapping, target_name
 from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
 from .loop.op import program_of, run_graph
-
-TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
-ETHOS_U_TARGETS = ("ethos-u55-128", "ethos-u65-256", "ethos-u85-256")
 
 
 class FlowError(RuntimeError):
@@ -356,14 +353,6 @@ def lower(
         if own:  # ExecuTorch's Vela call writes this when dumping artifacts
             result.executorch_vela = vela.parse_summary_csv(own[0])
     return result
-
-
-def sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
-    """Signal-to-quantization-noise ratio 10*log10(sum(ref^2) / sum((ref - test)^2)) in dB."""
-    reference = np.asarray(reference, dtype=np.float64)
-    noise = np.sum((reference - np.asarray(test, dtype=np.float64)) ** 2)
-    signal = np.sum(reference**2)
-    return math.inf if noise == 0 else float(10 * np.log10(signal / noise))
 
 
 def _flat_outputs(out) -> list:

@@ -24,14 +24,8 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpec
 
 from . import fallback
+from .decompose import SEQUENCE_OPS
 
-# Recurrent ops whose outputs are (y, h_n) or (y, h_n, c_n), with hx = h0 or [h0, c0].
-_STATE_OPS = (
-    torch.ops.aten.gru.input,
-    torch.ops.aten.rnn_tanh.input,
-    torch.ops.aten.rnn_relu.input,
-    torch.ops.aten.lstm.input,
-)
 _Q_KEY = "quantization_annotation"
 
 
@@ -42,7 +36,7 @@ def state_pairs(graph: torch.fx.Graph) -> list[tuple[str, int]]:
     outputs = list(graph.output_node().args[0])
     pairs = []
     for node in graph.nodes:
-        if node.op != "call_function" or node.target not in _STATE_OPS:
+        if node.op != "call_function" or node.target not in SEQUENCE_OPS:
             continue
         hx = node.args[1]
         for k, state in enumerate(hx if isinstance(hx, (list, tuple)) else [hx]):

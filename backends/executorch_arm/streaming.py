@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from recurrent_lowering.runtime import tosa_reference
+from recurrent_lowering.runtime.metrics import sqnr_db
 
-from .flow import FlowError, LoweringResult, sqnr_db
+from .flow import FlowError, LoweringResult
 
 
 @dataclasses.dataclass

@@ -21,14 +21,13 @@ import onnx.inliner
 from onnx import TensorProto
 
 from recurrent_lowering import passes
-from recurrent_lowering.passes.plan import Plan
+from recurrent_lowering.passes.plan import STRATEGIES, Plan
 from recurrent_lowering.passes.spec import SpecError
 
 from .builder import ConstantPool, Names, OnnxBuilder
 from .constants import Scope
 from .reader import OnnxReadError, RecurrentNode, is_recurrent, read_node
 
-STRATEGIES = ("auto", "unrolled", "loop")
 # "portable": plain ops any runtime or converter takes. "onnxruntime": `auto` picks Scan
 # for every length and Scan bodies read their weights unpacked (OnnxBuilder), the fastest
 # forms measured under onnxruntime at batch 1 (docs/onnx.md).

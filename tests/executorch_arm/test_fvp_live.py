@@ -7,6 +7,7 @@ import pytest
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.examples import models
 from recurrent_lowering.runtime import fvp
+from recurrent_lowering.runtime.metrics import sqnr_db
 
 
 def test_tiny_gru_on_corstone300(tmp_path):
@@ -25,5 +26,5 @@ def test_tiny_gru_on_corstone300(tmp_path):
         "ethos-u55-128",
         workdir=tmp_path / "fvp",
     )
-    assert flow.sqnr_db(expected, run.outputs[0]) > 40
+    assert sqnr_db(expected, run.outputs[0]) > 40
     assert run.log.pmu.npu_cycles and run.log.pmu.npu_cycles > 0

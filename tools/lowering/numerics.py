@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+
+from recurrent_lowering.runtime.metrics import sqnr_db
 
 from .errors import LoweringError, first_line
 
@@ -19,14 +20,6 @@ def _flat(outputs: Any) -> list[np.ndarray]:
             outputs = outputs.double()
         return [outputs.numpy()]
     return [np.asarray(outputs)]
-
-
-def sqnr_db(reference: np.ndarray, actual: np.ndarray) -> float:
-    signal = float(np.sum(np.square(reference.astype(np.float64))))
-    noise = float(np.sum(np.square(reference.astype(np.float64) - actual.astype(np.float64))))
-    if noise == 0.0:
-        return math.inf
-    return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
 def compare(reference: Any, actual: Any) -> dict[str, float]:

@@ -6,25 +6,13 @@ import dataclasses
 import pathlib
 from typing import Any, Callable
 
+from recurrent_lowering.backends.executorch_arm.plan import ETHOS_U_TARGETS, TOSA_TARGETS
+
 from .errors import LoweringError
 from .model_source import ModelSource
 from .progress import Progress
 from .staging import Staging
 
-TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
-ETHOS_U_TARGETS = (
-    "ethos-u55-32",
-    "ethos-u55-64",
-    "ethos-u55-128",
-    "ethos-u55-256",
-    "ethos-u65-256",
-    "ethos-u65-512",
-    "ethos-u85-128",
-    "ethos-u85-256",
-    "ethos-u85-512",
-    "ethos-u85-1024",
-    "ethos-u85-2048",
-)
 TARGETS = ("aten", "onnx", *TOSA_TARGETS, *ETHOS_U_TARGETS)
 
 

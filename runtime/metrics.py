@@ -1,0 +1,18 @@
+"""The error figures every comparison in the project reports."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def sqnr_db(reference, actual) -> float:
+    """Signal-to-quantization-noise ratio, 10 log10(sum(ref^2) / sum((ref - actual)^2)) in dB:
+    inf when they are equal, -inf for a zero reference with any noise."""
+    reference = np.asarray(reference, dtype=np.float64)
+    noise = float(np.sum(np.square(reference - np.asarray(actual, dtype=np.float64))))
+    signal = float(np.sum(np.square(reference)))
+    if noise == 0.0:
+        return math.inf
+    return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
