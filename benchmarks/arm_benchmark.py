@@ -321,7 +321,7 @@ def render(rows: dict, command: str, loads: list) -> str:
         "",
         '- *ours*: `flow.lower(..., decomposition="ours")` (the default; what `//tools:lower` '
         "uses): recurrent_lowering's passes in ExecuTorch's slots, the recurrent product's form "
-        'chosen per target (`ArmPlan.emission`), `strategy="auto"`: unrolled up to 8 '
+        'chosen per target (`ArmPlan.products`), `strategy="auto"`: unrolled up to 8 '
         "steps per layer stack, the loop form beyond (docs/arm_loop_form.md). *ET*: ExecuTorch "
         "1.5.1's own DecomposeGru/Lstm/RnnPass.",
         "- Cycles: Vela 5.1.0 estimates, ExecuTorch's default system config and memory mode per "

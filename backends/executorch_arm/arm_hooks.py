@@ -56,7 +56,7 @@ class _QuantizerHook:
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
-        DecomposeRecurrentPass(tfa_pass=True, strategy=plan.layer_strategy, emission=plan.emission)(
+        DecomposeRecurrentPass(tfa_pass=True, strategy=plan.layer_strategy, products=plan.products)(
             model
         )
         return super().transform_for_annotation(model)
@@ -97,7 +97,7 @@ class _PartitionerHook:
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram):
         plan = self.plan
-        ep = decompose_recurrent(exported_program, plan.layer_strategy, plan.emission)
+        ep = decompose_recurrent(exported_program, plan.layer_strategy, plan.products)
         return super().transform_for_pre_decomposition(ep)
 
     def ops_to_not_decompose(self, ep):

@@ -35,13 +35,13 @@ from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassResult
 
 from .decompose import CELL_OPS, SEQUENCE_OPS, decompose_graph_module
-from .fx_builder import PLAIN, Emission
+from .fx_builder import PLAIN, ProductForm
 
 aten = torch.ops.aten
 
 
 class DecomposeRecurrentPass(ArmOpTargetedPass):
-    """Replace `target_ops` with the core's emission (hoisted input projection, one
+    """Replace `target_ops` with what the core writes (hoisted input projection, one
     recurrent linear per step and direction; see recurrent_lowering.passes)."""
 
     _passes_required_after: Set[Type[ExportPass]] = set()
@@ -53,11 +53,11 @@ class DecomposeRecurrentPass(ArmOpTargetedPass):
         tfa_pass: bool = False,
         strategy: str = "unrolled",
         *args,
-        emission: Emission = PLAIN,
+        products: ProductForm = PLAIN,
         **kwargs,
     ):
         super().__init__(tfa_pass, *args, **kwargs)
-        self.strategy, self.emission = strategy, emission
+        self.strategy, self.products = strategy, products
 
     def call(self, graph_module: GraphModule) -> PassResult:
         targets = set(self.target_ops)
@@ -65,7 +65,7 @@ class DecomposeRecurrentPass(ArmOpTargetedPass):
             graph_module,
             self.strategy,
             allowed=lambda n: n.target in targets and self.allowed_to_transform(n.meta),
-            emission=self.emission,
+            products=self.products,
         )
         return PassResult(graph_module, modified)
 
@@ -107,12 +107,12 @@ class RecurrentArmPassManager(ArmPassManager):
     """An ArmPassManager that runs our recurrent passes where ExecuTorch's would run."""
 
     strategy = "unrolled"
-    emission = PLAIN
+    products = PLAIN
 
     def add_pass(self, pipeline_pass):
         ours = REPLACEMENTS.get(type(pipeline_pass))
         if ours is not None:
             pipeline_pass = ours(
-                tfa_pass=pipeline_pass.is_tfa_pass, strategy=self.strategy, emission=self.emission
+                tfa_pass=pipeline_pass.is_tfa_pass, strategy=self.strategy, products=self.products
             )
         return super().add_pass(pipeline_pass)

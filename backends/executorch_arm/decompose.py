@@ -1,4 +1,4 @@
-"""Replace PyTorch's recurrent ATen ops by the core's emission (ExportedProgram or GraphModule).
+"""Replace PyTorch's recurrent ATen ops by what the core writes (ExportedProgram or GraphModule).
 
   aten.gru.input / lstm.input / rnn_tanh.input / rnn_relu.input   (output, h_n[, c_n])
   aten.gru_cell / lstm_cell / rnn_tanh_cell / rnn_relu_cell       h' or (h', c')
@@ -46,7 +46,7 @@ from recurrent_lowering.passes.spec import (
     SpecError,
 )
 
-from .fx_builder import PLAIN, Emission, FxBuilder
+from .fx_builder import PLAIN, FxBuilder, ProductForm
 from .fx_constants import ConstantSink, ModuleConstants, ProgramConstants, fake_mode_of
 from .plan import core_plan
 
@@ -138,7 +138,7 @@ def _val(n: Node):
 
 def _static(node: Node, v, what: str) -> int:
     if not isinstance(v, int):
-        raise SpecError(node.name, what, f"must be static for unrolled emission, got {v}")
+        raise SpecError(node.name, what, f"must be static to unroll, got {v}")
     return v
 
 
@@ -277,7 +277,7 @@ def _replace(
     sink: ConstantSink,
     constant_of: ConstantOf,
     strategy: str,
-    emission: Emission = PLAIN,
+    products: ProductForm = PLAIN,
 ) -> list[Node]:
     """Emit `node`'s math before it, rewire its users, erase it; returns the emitted nodes."""
     is_cell = node.target in CELL_OPS
@@ -285,7 +285,7 @@ def _replace(
         raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
     spec, weights, x, h0, c0 = (_cell_problem if is_cell else _sequence_problem)(node, constant_of)
     dtype = _val(x).dtype
-    b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, emission=emission)
+    b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, products=products)
     with graph.inserting_before(node):
         if is_cell:  # one step of a sequence: [B, I] -> [1, B, I], states [1, B, H]
             x, h0, c0 = (None if v is None else b.unsqueeze(v, 0) for v in (x, h0, c0))
@@ -359,9 +359,9 @@ def _program_constant_of(ep: ExportedProgram, specs: list) -> ConstantOf:
 
 
 def decompose_recurrent(
-    ep: ExportedProgram, strategy: str = "unrolled", emission: Emission = PLAIN
+    ep: ExportedProgram, strategy: str = "unrolled", products: ProductForm = PLAIN
 ) -> ExportedProgram:
-    """A copy of `ep` with every recurrent op replaced by the core's emission.
+    """A copy of `ep` with every recurrent op replaced by what the core writes.
 
     The new weights are PARAMETERs of the returned program (in its state_dict), so
     `.module()`, torch.export.save/load, the PT2E quantizer and ExecuTorch's passes
@@ -388,7 +388,7 @@ def decompose_recurrent(
         if node.op == "call_function" and node.target in TARGET_OPS:
             replaced_args.update(n for n in node.all_input_nodes if n.op == "placeholder")
             sink.prefix = _module_prefix(node)
-            _replace(graph, node, sink, constant_of, strategy, emission)
+            _replace(graph, node, sink, constant_of, strategy, products)
 
     # Drop weights nobody reads any more (the recurrent ops' own parameters).
     by_name = {s.arg.name: s for s in old_specs if isinstance(s.arg, TensorArgument)}
@@ -446,7 +446,7 @@ def decompose_graph_module(
     gm: GraphModule,
     strategy: str = "unrolled",
     allowed: Callable[[Node], bool] = lambda n: True,
-    emission: Emission = PLAIN,
+    products: ProductForm = PLAIN,
 ) -> bool:
     """Replace the recurrent ops of a GraphModule in place (weights as get_attr); True if any."""
     graph = gm.graph
@@ -459,7 +459,7 @@ def decompose_graph_module(
     constant_of = _module_constant_of(gm)
     for node in nodes:
         weights = [n for n in node.all_input_nodes if n.op == "get_attr"]
-        _replace(graph, node, sink, constant_of, strategy, emission)
+        _replace(graph, node, sink, constant_of, strategy, products)
         for w in weights:
             if not w.users:
                 graph.erase_node(w)

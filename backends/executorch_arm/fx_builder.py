@@ -22,7 +22,7 @@ Timesteps are rows: `unstack` takes step t of the hoisted projection [T, B, X] a
 t*B:(t+1)*B of its 2-D view [T*B, X], and `stack` concatenates the [B, H] step outputs as
 rows and views them back, so a step's values stay 2-D with no per-step reshape.
 
-`Emission` holds the choices that depend on the target (its ArmPlan sets them, plan.py):
+`ProductForm` holds the choices that depend on the target (its ArmPlan sets them, plan.py):
 `recurrent_product="linear"` writes x W^T as aten.linear (a per-step CONV2D on Ethos-U: the
 right form on U55, where R streams from flash either way); "matmul" writes a one-row x (the
 recurrent product h R^T at batch 1) as aten.mm(W, x^T), W on the left, where x^T and the
@@ -72,7 +72,7 @@ PER_STEP_WEIGHT = "recurrent_lowering_per_step_weight"
 
 
 @dataclasses.dataclass(frozen=True)
-class Emission:
+class ProductForm:
     """How FxBuilder writes what the core asks for (see the module docstring)."""
 
     recurrent_product: str = "linear"  # "linear" | "matmul"
@@ -84,7 +84,7 @@ class Emission:
             )
 
 
-PLAIN = Emission()  # aten.linear everywhere
+PLAIN = ProductForm()  # aten.linear everywhere
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +105,10 @@ class FxBuilder(Builder):
         constants: ConstantSink,
         meta_from: Optional[Node] = None,
         dtype: torch.dtype = torch.float32,
-        emission: Emission = PLAIN,
+        products: ProductForm = PLAIN,
     ):
         self.graph, self.sink, self.torch_dtype = graph, constants, dtype
-        self.emission = emission
+        self.products = products
         # numpy float dtype the core folds constants in (read by passes.sequence)
         self.dtype = np.float64 if dtype == torch.float64 else np.float32
         self.fake_mode = constants.fake_mode
@@ -163,7 +163,7 @@ class FxBuilder(Builder):
         if role is not None and role.per_step:
             w.meta[PER_STEP_WEIGHT] = True  # weight_precision finds these
         x = self._node(x)
-        if self.emission.recurrent_product == "matmul" and self._one_row(x):
+        if self.products.recurrent_product == "matmul" and self._one_row(x):
             return self._matmul_left(x, w, bias)
         b = None if bias is None else self._weight(bias, f"{name}_b")
         return self.call(aten.linear.default, x, w, b)
@@ -306,7 +306,7 @@ class FxBuilder(Builder):
             graph,
             ModuleConstants(module, self.fake_mode, prefix="step"),
             dtype=self.torch_dtype,
-            emission=self.emission,
+            products=self.products,
         )
         new, ys = translate_body(body, b, inputs, outer)
         new = [b._node(v) for v in new]

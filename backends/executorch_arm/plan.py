@@ -14,7 +14,7 @@ import dataclasses
 from recurrent_lowering.passes.plan import STRATEGIES, Plan
 
 from . import weight_precision
-from .fx_builder import Emission
+from .fx_builder import ProductForm
 
 AUTO_UNROLL_MAX_STEPS = 8  # T x layers x directions
 TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
@@ -120,14 +120,14 @@ class ArmPlan:
         return "loop" if self.state_bits == 16 else self.strategy
 
     @property
-    def emission(self) -> Emission:
+    def products(self) -> ProductForm:
         """The recurrent product that gives the fewest Vela cycles
         (docs/results/arm_benchmark.md): on Ethos-U85 a MATMUL with R on the left (Vela
         runs a per-step CONV at about 12 MACs/cycle there, the MATMUL at about 20);
         elsewhere, and for weights of fewer than 8 bits (a MATMUL's R is an int8 feature
         map), the CONV form."""
         u85 = self.target.lower().startswith("ethos-u85")
-        return Emission("matmul" if u85 and self.recurrent_weight_bits == 8 else "linear")
+        return ProductForm("matmul" if u85 and self.recurrent_weight_bits == 8 else "linear")
 
     def core(self) -> Plan:
         return core_plan(self.layer_strategy)

@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 import numpy as np
 import onnx
 
-from .constants import Scope
+from .folding import Scope
 from .reader import is_recurrent
 
 
@@ -40,6 +40,20 @@ class InputSizes:
 
     dims: dict
     values: dict
+
+
+def input_specs(model: onnx.ModelProto) -> list:
+    """[(name, shape, numpy dtype)] of the graph inputs that are not initializers; dynamic
+    dimensions are None."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        t = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        specs.append((value.name, shape, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)))
+    return specs
 
 
 def _graphs_of(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:

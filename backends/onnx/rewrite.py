@@ -25,7 +25,7 @@ from recurrent_lowering.passes.plan import STRATEGIES, Plan
 from recurrent_lowering.passes.spec import SpecError
 
 from .builder import ConstantPool, Names, OnnxBuilder
-from .constants import Scope
+from .folding import Scope
 from .reader import OnnxReadError, RecurrentNode, is_recurrent, read_node
 
 # "portable": plain ops any runtime or converter takes. "onnxruntime": `auto` picks Scan

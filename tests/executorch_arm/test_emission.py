@@ -1,4 +1,5 @@
-"""The emission choices FxBuilder makes per target (`Emission`), pinned by op and by numbers.
+"""How the Arm adapter writes recurrent layers per target (its `ProductForm`, the core passes of
+its plan), pinned by op and by numbers.
 
 linear: the recurrent product h R^T is aten.linear; matmul: at batch 1 it is aten.mm(R, h^T),
 R on the left. Steps are row slices of the projection's 2-D view either way. Both match the
@@ -17,7 +18,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from recurrent_lowering import passes
-from recurrent_lowering.backends.executorch_arm.fx_builder import Emission, FxBuilder
+from recurrent_lowering.backends.executorch_arm.fx_builder import FxBuilder, ProductForm
 from recurrent_lowering.backends.executorch_arm.fx_constants import ModuleConstants
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan, core_plan
 from recurrent_lowering.passes import CellKind, Direction, IOLayout, RecurrentSpec
@@ -69,10 +70,10 @@ SPECS = {
         CellKind.GRU, linear_before_reset=True, num_layers=2, direction=Direction.BIDIRECTIONAL
     ),
 }
-EMISSIONS = {"linear": Emission(), "matmul": Emission(recurrent_product="matmul")}
+PRODUCTS = {"linear": ProductForm(), "matmul": ProductForm(recurrent_product="matmul")}
 
 
-def _emit_fx(spec, ws, x, h0, c0, lens, emission):
+def _emit_fx(spec, ws, x, h0, c0, lens, products):
     mode = FakeTensorMode()
     graph = torch.fx.Graph()
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
@@ -86,7 +87,7 @@ def _emit_fx(spec, ws, x, h0, c0, lens, emission):
             feeds.append(t)
     graph.output(())
     with graph.inserting_before(graph.output_node()):
-        b = FxBuilder(graph, ModuleConstants(gm, mode), emission=emission)
+        b = FxBuilder(graph, ModuleConstants(gm, mode), products=products)
         shapes = {k: None if v is None else np.shape(v) for k, v in (("x", x), ("h0", h0))}
         plan = core_plan("unrolled")  # the Arm adapter's tunings, as decompose uses them
         out = passes.emit(
@@ -100,9 +101,9 @@ def _emit_fx(spec, ws, x, h0, c0, lens, emission):
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("emission", sorted(EMISSIONS))
+@pytest.mark.parametrize("products", sorted(PRODUCTS))
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_emission_matches_numpy_builder(name, emission, batch):
+def test_products_match_numpy_builder(name, products, batch):
     spec = SPECS[name]
     lens = None
     if batch == 2 and name == "rnn_time_major":  # constant lengths: masked steps
@@ -114,7 +115,7 @@ def test_emission_matches_numpy_builder(name, emission, batch):
     h0 = RNG.standard_normal((ld, batch, H)).astype(np.float32) if spec.has_initial_h else None
     c0 = RNG.standard_normal((ld, batch, H)).astype(np.float32) if spec.has_initial_c else None
     want = passes.emit(NumpyBuilder(), spec, ws, x, h0, c0, lens)
-    got, b = _emit_fx(spec, ws, x, h0, c0, lens, EMISSIONS[emission])
+    got, b = _emit_fx(spec, ws, x, h0, c0, lens, PRODUCTS[products])
     want = [v for v in (want.y, want.h, want.c) if v is not None]
     assert len(got) == len(want)
     for g, w in zip(got, want):
@@ -123,7 +124,7 @@ def test_emission_matches_numpy_builder(name, emission, batch):
     # every step after the first (zero state) has a recurrent product
     mms = [n for n in b.nodes if n.target == aten.mm.default]
     linears = [n for n in b.nodes if n.target == aten.linear.default]
-    if EMISSIONS[emission].recurrent_product == "matmul" and batch == 1:
+    if PRODUCTS[products].recurrent_product == "matmul" and batch == 1:
         # mm(R, h^T): the weight on the left, h^T a [H, 1] view
         assert len(mms) >= (T - 1) * ld
         assert all(n.args[0].op == "get_attr" for n in mms)
@@ -133,14 +134,14 @@ def test_emission_matches_numpy_builder(name, emission, batch):
         assert len(linears) >= (T - 1) * ld + spec.num_layers
 
 
-@pytest.mark.parametrize("emission", sorted(EMISSIONS))
-def test_steps_are_rows_of_the_projection(emission):
+@pytest.mark.parametrize("products", sorted(PRODUCTS))
+def test_steps_are_rows_of_the_projection(products):
     """A GRU step's arithmetic runs on 2-D [1, k] values, sliced as rows of 2-D [T, k] views
     of the projection (or its gate blocks); Y is one concat of T rows."""
     spec = SPECS["gru"]
     ws = _weights(spec)
     x = RNG.standard_normal((1, T, I)).astype(np.float32)
-    _, b = _emit_fx(spec, ws, x, None, None, None, EMISSIONS[emission])
+    _, b = _emit_fx(spec, ws, x, None, None, None, PRODUCTS[products])
     step_ops = (aten.sigmoid.default, aten.tanh.default, aten.mul.Tensor, aten.sub.Tensor)
     assert {len(n.meta["val"].shape) for n in b.nodes if n.target in step_ops} == {2}
     views = [
@@ -156,12 +157,12 @@ def test_steps_are_rows_of_the_projection(emission):
     assert len(cats) == 1 and len(cats[0].args[0]) == T and cats[0].args[1] == 0
 
 
-def test_emission_per_target():
-    assert ArmPlan("ethos-u85-256").emission.recurrent_product == "matmul"
+def test_products_per_target():
+    assert ArmPlan("ethos-u85-256").products.recurrent_product == "matmul"
     for target in ("ethos-u55-128", "ethos-u65-256", "TOSA-1.0+INT", "TOSA-1.0+FP"):
-        assert ArmPlan(target).emission.recurrent_product == "linear", target
+        assert ArmPlan(target).products.recurrent_product == "linear", target
     with pytest.raises(ValueError, match="recurrent_product"):
-        Emission(recurrent_product="conv")
+        ProductForm(recurrent_product="conv")
 
 
 @pytest.mark.parametrize(
@@ -180,7 +181,7 @@ def test_auto_picks_the_form_by_length(target, steps, form):
 
     module = torch.nn.GRU(4, 8, batch_first=True).eval()
     ep = torch.export.export(module, (torch.randn(1, steps, 4),))
-    out = decompose_recurrent(ep, "auto", ArmPlan(target).emission)
+    out = decompose_recurrent(ep, "auto", ArmPlan(target).products)
     targets = [n.target for n in out.graph.nodes if n.op == "call_function"]
     loops = sum(t == loop_op.OP for t in targets)
     assert loops == (1 if form == "loop" else 0)

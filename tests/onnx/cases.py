@@ -7,7 +7,7 @@ import warnings
 from onnx.backend.test.case.node import collect_testcases
 
 from recurrent_lowering import passes
-from recurrent_lowering.backends.onnx.constants import Scope
+from recurrent_lowering.backends.onnx.folding import Scope
 from recurrent_lowering.backends.onnx.reader import read_node
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
 

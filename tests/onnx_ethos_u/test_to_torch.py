@@ -1,4 +1,4 @@
-"""backends.onnx.to_torch: rewritten ONNX graphs become exportable torch modules that
+"""backends.onnx_to_torch.convert: rewritten ONNX graphs become exportable torch modules that
 compute what onnxruntime computes on the original model."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from recurrent_lowering.backends.onnx import rewrite, to_torch
+from recurrent_lowering.backends.onnx import rewrite
+from recurrent_lowering.backends.onnx.input_sizes import input_specs
+from recurrent_lowering.backends.onnx_to_torch import convert as to_torch
 from recurrent_lowering.tests.onnx_ethos_u import models
 
 # onnx2torch classes that read index tensors at run time (torch.export cannot trace them),
@@ -41,7 +43,7 @@ def _ort(model, feeds):
 
 
 def _torch_outputs(module, feeds, model):
-    args = [torch.from_numpy(feeds[name]) for name, _, _ in to_torch.input_specs(model)]
+    args = [torch.from_numpy(feeds[name]) for name, _, _ in input_specs(model)]
     with torch.no_grad():
         out = module(*args)
     return [o.numpy() for o in (out if isinstance(out, (tuple, list)) else [out])]
@@ -185,7 +187,7 @@ def test_recurrent_and_control_flow_nodes_are_refused_by_name():
 
 def test_with_static_inputs_pins_dynamic_dims_for_an_unrolled_rewrite():
     model, feeds = R("LSTM", dynamic_steps=True, batch=1)
-    assert to_torch.input_specs(model)[0][1] == (None, 1, 3)
+    assert input_specs(model)[0][1] == (None, 1, 3)
     with pytest.raises(Exception, match="static sequence length"):
         rewrite.rewrite_model(model, strategy="unrolled")
     pinned = to_torch.with_static_inputs(model, {"X": feeds["X"].shape})
@@ -198,7 +200,8 @@ _STUB_PROBE = textwrap.dedent(
     """
     import importlib.util, sys
     assert importlib.util.find_spec("torchvision") is None, "torchvision must not be installed"
-    from recurrent_lowering.backends.onnx import _torchvision_stub, to_torch
+    from recurrent_lowering.backends.onnx_to_torch import convert as to_torch
+    from recurrent_lowering.backends.onnx_to_torch import torchvision_stub as _torchvision_stub
     onnx2torch = to_torch._onnx2torch()
     users = sorted(
         name for name, module in list(sys.modules.items())

@@ -10,7 +10,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from recurrent_lowering.backends.onnx import rewrite, to_torch, torch_recurrent
+from recurrent_lowering.backends.onnx import rewrite
+from recurrent_lowering.backends.onnx.input_sizes import input_specs
+from recurrent_lowering.backends.onnx_to_torch import convert as to_torch
+from recurrent_lowering.backends.onnx_to_torch import recurrent_modules as torch_recurrent
 from recurrent_lowering.tests.onnx import models
 
 C = models.Config
@@ -62,7 +65,7 @@ def test_expressible_node_becomes_torch_module_and_matches_onnxruntime(cfg):
     assert kinds == [cfg.op]
     native = models.to_layout0(model) if cfg.layout else model
     want = ort.InferenceSession(native.SerializeToString()).run(None, feeds)
-    names = [name for name, _, _ in to_torch.input_specs(model)]
+    names = [name for name, _, _ in input_specs(model)]
     with torch.no_grad():
         got = gm(*[torch.from_numpy(feeds[n]) for n in names])
     got = list(got) if isinstance(got, (list, tuple)) else [got]
@@ -105,7 +108,7 @@ def test_streaming_state_pair_is_found_for_sharing():
     cfg = C(op="GRU", linear_before_reset=1, initial_h=True, steps=1, batch=1)
     model, feeds = models.build(dataclasses.replace(cfg, outputs=(False, True, False)))
     gm, _ = _convert(model)
-    names = [name for name, _, _ in to_torch.input_specs(model)]
+    names = [name for name, _, _ in input_specs(model)]
     program = torch.export.export(gm, tuple(torch.from_numpy(feeds[n]) for n in names))
     assert len(recurrent_quantization.state_pairs(program.graph)) == 1
 

@@ -189,11 +189,11 @@ def _lower(source, options, staging, output, report, progress) -> None:
 
     onnx = None
     if source.kind == "onnx":
-        from recurrent_lowering.backends.onnx import to_torch
+        from recurrent_lowering.backends.onnx.input_sizes import input_specs
 
         from . import onnx_route
 
-        arrays = calibration.load_checked(options.calibration, to_torch.input_specs(source.program))
+        arrays = calibration.load_checked(options.calibration, input_specs(source.program))
         onnx = onnx_route.prepare(source, options, arrays, report, progress)
         if options.recurrent_weight_bits != 8 and not onnx.as_torch_modules:
             raise LoweringError(  # rewritten nodes reach the Arm flow as plain MatMuls

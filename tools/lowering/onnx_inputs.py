@@ -81,9 +81,9 @@ def _session(model):
 
 
 def generate(model, progress=None, seed: int = 0) -> Generated:
-    from recurrent_lowering.backends.onnx import input_sizes, to_torch
+    from recurrent_lowering.backends.onnx import input_sizes
 
-    specs = to_torch.input_specs(model)
+    specs = input_sizes.input_specs(model)
     sizes = input_sizes.infer(model, DEFAULT_TIME_STEPS)
     fixed, chosen = {}, []
     for name, axes in sizes.dims.items():

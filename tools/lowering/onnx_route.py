@@ -1,9 +1,9 @@
 """An .onnx model on its way to a TOSA or Ethos-U target (docs/onnx_to_ethos_u.md).
 
 Static input shapes -> recurrent nodes that torch's nn.GRU/LSTM/RNN express become those
-(backends.onnx.torch_recurrent: then decomposed like a torch model's layers, loop form
+(backends.onnx_to_torch.recurrent_modules: then decomposed like a torch model's layers, loop form
 included), the others `rewrite_model(strategy="unrolled")` -> onnx2torch
-(backends.onnx.to_torch) -> a torch module for the Arm flow. The fp32 reference is
+(backends.onnx_to_torch.convert) -> a torch module for the Arm flow. The fp32 reference is
 onnxruntime on the input model, which shares no code with the route; the converted torch
 module is checked against it too.
 """
@@ -71,16 +71,18 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     inputs, or None (inputs generated for it)."""
     import torch
 
-    from recurrent_lowering.backends.onnx import rewrite, to_torch, torch_recurrent
+    from recurrent_lowering.backends.onnx import rewrite
+    from recurrent_lowering.backends.onnx.input_sizes import input_specs
+    from recurrent_lowering.backends.onnx_to_torch import convert, recurrent_modules
     from recurrent_lowering.tools.lowering import numerics
 
-    specs = to_torch.input_specs(source.program)
-    selection = torch_recurrent.Selection()  # what nn.GRU/LSTM/RNN compute stays a node
+    specs = input_specs(source.program)
+    selection = recurrent_modules.Selection()  # what nn.GRU/LSTM/RNN compute stays a node
 
     feeds = _feeds(source, specs, calibration_arrays, report, progress)
     report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
     try:
-        model = to_torch.with_static_inputs(
+        model = convert.with_static_inputs(
             source.program, {name: a.shape for name, a in feeds.items()}
         )
         with progress.stage("rewrite recurrent nodes (unrolled)"):
@@ -92,8 +94,8 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
                 keep=selection,
             )
         with progress.stage("convert to torch (onnx2torch)"):
-            module = to_torch.onnx_to_torch(rewritten, selection.kept)
-    except to_torch.ToTorchError as e:
+            module = convert.onnx_to_torch(rewritten, selection.kept)
+    except convert.ToTorchError as e:
         raise LoweringError(f"{source.path}: {e}") from e
     names = [read.spec.name for read in selection.kept.values()]
     unrolled = selection.rewritten

@@ -93,12 +93,12 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
 def _lower_onnx(source, options, staging, output, report, progress) -> None:
     import onnx
 
-    from recurrent_lowering.backends.onnx import rewrite, to_torch
+    from recurrent_lowering.backends.onnx import input_sizes, rewrite
     from recurrent_lowering.tools.lowering import calibration, numerics, onnx_inputs
 
     if source.kind != "onnx":
         raise LoweringError(f"{source.name}: --target onnx takes an .onnx file")
-    specs = to_torch.input_specs(source.program)
+    specs = input_sizes.input_specs(source.program)
     arrays = calibration.load_checked(options.calibration, specs)
     strategy = "auto" if options.strategy == "auto" else options.strategy
     with progress.stage("rewrite recurrent nodes"):

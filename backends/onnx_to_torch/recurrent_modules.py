@@ -21,10 +21,9 @@ import torch
 from onnx import defs
 from torch import nn
 
+from recurrent_lowering.backends.onnx.reader import RECURRENT_OPS, RecurrentNode
 from recurrent_lowering.passes import gate_order
 from recurrent_lowering.passes.spec import DEFAULT_ACTIVATIONS, RELU, CellKind, Direction
-
-from .reader import RECURRENT_OPS, RecurrentNode
 
 _MODULES = {CellKind.GRU: nn.GRU, CellKind.LSTM: nn.LSTM, CellKind.RNN: nn.RNN}
 

@@ -31,9 +31,11 @@ import onnx
 import torch
 from torch import nn
 
-from . import torch_recurrent
-from ._torchvision_stub import torchvision_stub
-from .reader import is_recurrent
+from recurrent_lowering.backends.onnx.input_sizes import input_specs
+from recurrent_lowering.backends.onnx.reader import is_recurrent
+
+from . import recurrent_modules as torch_recurrent
+from .torchvision_stub import torchvision_stub
 
 # (op, version) whose change over the previous version only added element types
 # (float8/int4/bfloat16...) that nothing here produces: the older converter is exact.
@@ -498,20 +500,6 @@ def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torc
     replaced["folded constants"] = folded
     gm.replaced_modules = replaced  # {onnx2torch class: count}, for tests and reports
     return gm.eval()
-
-
-def input_specs(model: onnx.ModelProto) -> list:
-    """[(name, shape, numpy dtype)] of the graph inputs that are not initializers; dynamic
-    dimensions are None."""
-    initializers = {t.name for t in model.graph.initializer}
-    specs = []
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        t = value.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
-        specs.append((value.name, shape, onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)))
-    return specs
 
 
 def with_static_inputs(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
