@@ -15,22 +15,9 @@ from recurrent_lowering.passes.plan import STRATEGIES, Plan
 
 from . import weight_precision
 from .fx_builder import ProductForm
+from .targets import ETHOS_U_TARGETS, TOSA_TARGETS
 
 AUTO_UNROLL_MAX_STEPS = 8  # T x layers x directions
-TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
-ETHOS_U_TARGETS = (
-    "ethos-u55-32",
-    "ethos-u55-64",
-    "ethos-u55-128",
-    "ethos-u55-256",
-    "ethos-u65-256",
-    "ethos-u65-512",
-    "ethos-u85-128",
-    "ethos-u85-256",
-    "ethos-u85-512",
-    "ethos-u85-1024",
-    "ethos-u85-2048",
-)
 
 
 class PlanError(ValueError):

@@ -163,3 +163,17 @@ def test_inputs_the_check_cannot_feed(tmp_path):
     line = result.stderr.rstrip().splitlines()[-1]
     assert line.startswith("lower: error:") and "pass --calibration" in line
     assert not (tmp_path / "m.pte").exists()
+
+
+def test_the_cli_imports_no_noisy_library_before_it_captures_their_output():
+    """torch, torchao and ExecuTorch print at import time; the CLI must import them only
+    inside `console.captured`, or those lines reach the terminal."""
+    noisy = ("torch", "torchao", "executorch", "onnxruntime", "tosa", "ethosu")
+    code = (
+        "import sys, recurrent_lowering.tools.lower\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {noisy!r}))"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

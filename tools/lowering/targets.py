@@ -6,7 +6,7 @@ import dataclasses
 import pathlib
 from typing import Any, Callable
 
-from recurrent_lowering.backends.executorch_arm.plan import ETHOS_U_TARGETS, TOSA_TARGETS
+from recurrent_lowering.backends.executorch_arm.targets import ETHOS_U_TARGETS, TOSA_TARGETS
 
 from .errors import LoweringError
 from .model_source import ModelSource
