@@ -15,7 +15,6 @@ from recurrent_lowering.passes.plan import STRATEGIES, Plan
 
 from . import weight_precision
 from .fx_builder import ProductForm
-from .targets import ETHOS_U_TARGETS, TOSA_TARGETS
 
 AUTO_UNROLL_MAX_STEPS = 8  # T x layers x directions
 
