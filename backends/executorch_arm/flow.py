@@ -342,6 +342,7 @@ def lower(
     program_module = None
     if mapping is None and lowered:
         program_module = edge_program.module(check_guards=False)  # a copy of the graph
+    _drop_artifact_path(lowered)
     t0 = time.perf_counter()
     pte = edge.to_executorch().buffer
     times["to_executorch"] = time.perf_counter() - t0
@@ -387,6 +388,17 @@ def lower(
         if own:  # ExecuTorch's Vela call writes this when dumping artifacts
             result.executorch_vela = vela.parse_summary_csv(own[0])
     return result
+
+
+def _drop_artifact_path(lowered_modules) -> None:
+    """The dump directory is where this run wrote its debug files, not part of the program:
+    left in the compile specs, the .pte would embed it (a fresh temporary name each run)."""
+    from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
+
+    for module in lowered_modules:
+        module._compile_specs = [
+            spec for spec in module.compile_specs if spec.key != ArmCompileSpec._DEBUG_ARTIFACT_KEY
+        ]
 
 
 def sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
