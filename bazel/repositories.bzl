@@ -115,10 +115,15 @@ filegroup(
     visibility = ["//visibility:public"],
 )
 
+# `bazel coverage` runs tests through coverage_main.py when given
+# --test_env=PYTHON_COVERAGE=../recurrent_lowering_python/coverage_main.py (docs/bazel.md).
 py_runtime(
     name = "runtime",
     interpreter = "python3",
-    files = ["environment.txt"],
+    files = [
+        "coverage_main.py",
+        "environment.txt",
+    ],
     python_version = "PY3",
     stub_shebang = "#!/usr/bin/env python3",
 )
@@ -164,6 +169,7 @@ def _python_env_impl(rctx):
     rctx.symlink(env, "venv")
     rctx.file("environment.txt", text, executable = False)
     rctx.file("python3", _LAUNCHER.format(id = env_id), executable = True)
+    rctx.template("coverage_main.py", rctx.attr._coverage_main, executable = False)
     rctx.file("WORKSPACE", "")
     rctx.file("BUILD.bazel", _ENV_BUILD)
 
@@ -174,6 +180,7 @@ _python_env = repository_rule(
         "python_env": attr.string(),
         "python": attr.string(default = "python3.11"),
         "_helper": attr.label(default = Label("//bazel:python_env.py")),
+        "_coverage_main": attr.label(default = Label("//bazel:coverage_main.py")),
     },
     environ = ["RECURRENT_LOWERING_PYTHON_ENVS"],
     doc = "@recurrent_lowering_python: the pinned environment's launcher, identity and toolchain.",
