@@ -38,3 +38,4 @@ if [ ! -x .tools/node_modules/.bin/buildifier ] || ! grep -q "\"version\": \"$bu
   mkdir -p .tools
   npm install --silent --no-audit --no-fund --prefix .tools "@bazel/buildifier@$buildifier_version" >/dev/null
 fi
+"$root/bazel/setup_buildgrid.sh"
