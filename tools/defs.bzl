@@ -99,7 +99,8 @@ def _npu_model_impl(ctx):
     groups = {k: depset([f]) for k, f in files.items()}
     groups["logs"] = depset([log, timings])
     return [
-        DefaultInfo(files = depset(outputs)),
+        # As runfiles too, so a test or binary with the model in `data` reads its files.
+        DefaultInfo(files = depset(outputs), runfiles = ctx.runfiles(files = outputs)),
         NpuModelInfo(
             target = target,
             **{k: files.get(k) for k in ("artifact", "report", "tosa", "vela_summary", "plot", "log", "timings")}

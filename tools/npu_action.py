@@ -10,7 +10,7 @@
   times go to the timings file, and paths under the working directory (the execution root)
   become relative to it, so the same action gives the same bytes in every checkout.
 - The plot is a declared output, so it always exists: when the lowering drew none (no output
-  with more than one timestep, or numerics not checked) it is a figure saying so.
+  shaped [batch, time, ...] with time > 1, or numerics not checked) it is a figure saying so.
 """
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ def main(argv: list[str]) -> int:
         report = _split_report(args.report, args.timings, time.perf_counter() - start)
         if args.plot is not None and not args.plot.exists():
             checked = report.get("numerics", {}).get("sqnr_db") is not None
-            why = "no output has more than one timestep" if checked else "numerics not checked"
+            why = "no output shaped [batch, time, ...] with time > 1"
+            if not checked:
+                why = "numerics not checked (see the report's warnings)"
             _placeholder_plot(args.plot, why)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
