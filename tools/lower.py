@@ -2,18 +2,28 @@
 
   bazel run //tools:lower -- MODEL [--target ethos-u55-128] [--output PATH] [--report R.json]
 
-MODEL is a .pt2 (torch.export.save), an .onnx file, or a bundled example name.
+MODEL is a .pt2 (torch.export.save), an .onnx file, or a bundled example name. Exit codes:
+0 done, 1 the input or a flag cannot be lowered (one line says why), 2 an internal error.
 """
 
 from __future__ import annotations
 
+import os
+import pathlib
+import shutil
 import sys
+import tempfile
+import traceback
 
 from absl import app, flags
 
-from recurrent_lowering.tools.lowering import model_source, report, targets
-from recurrent_lowering.tools.lowering.errors import LoweringError
+from recurrent_lowering.tools.lowering import console, model_source, report, targets
+from recurrent_lowering.tools.lowering.errors import LoweringError, first_line
+from recurrent_lowering.tools.lowering.progress import Progress
 from recurrent_lowering.tools.lowering.staging import staged_outputs
+
+EXIT_USER_ERROR = 1
+EXIT_INTERNAL_ERROR = 2
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -59,11 +69,33 @@ flags.DEFINE_enum(
 )
 
 
+flags.DEFINE_bool(
+    "verbose",
+    False,
+    "show other libraries' logs on the terminal, and an internal error's traceback",
+)
+flags.DEFINE_string(
+    "log",
+    None,
+    "where other libraries' logs go (default: beside --report, else beside the output, "
+    "as NAME.log)",
+)
+
+
 def _path_or_none(arg: str | None):
     return model_source.resolve_path(arg) if arg else None
 
 
-def run(argv: list[str]) -> dict:
+def _log_destination(output: pathlib.Path) -> pathlib.Path:
+    if FLAGS.log:
+        return model_source.resolve_path(FLAGS.log)
+    beside = model_source.resolve_path(FLAGS.report) if FLAGS.report else output
+    return beside.with_suffix(".log")
+
+
+def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> dict:
+    """Lowers argv[1] as the flags say; returns the report. `captured`: other libraries'
+    output goes to a log file, whose destination the report names."""
     if len(argv) != 2:
         raise LoweringError("expected exactly one MODEL argument (a .pt2, an .onnx or an example)")
     handler = targets.handler(FLAGS.target)
@@ -104,15 +136,21 @@ def run(argv: list[str]) -> dict:
     for flag, given in npu_only.items():
         if given and FLAGS.target in ("aten", "onnx"):
             raise LoweringError(f"{flag} applies to TOSA and Ethos-U targets, not {FLAGS.target}")
-    source = model_source.load(argv[1])
+    result = report.empty(FLAGS.target, argv[1])
+    progress = Progress(result, terminal)
+    with progress.stage(f"load {pathlib.Path(argv[1]).name}"):
+        source = model_source.load(argv[1])
+    result["warnings"].extend(source.notes)
     output = model_source.resolve_path(
         FLAGS.output or targets.default_output_name(source.name, FLAGS.target)
     )
     if source.path is not None and output == source.path:
         raise LoweringError(f"{output}: the output would overwrite the input model")
+    log = _log_destination(output) if captured else None
     named = {
         "--output": output,
         "--report": FLAGS.report,
+        "--log": log,
         "--tosa_output": options.tosa_output,
         "--vela_summary": options.vela_summary,
     }
@@ -129,9 +167,8 @@ def run(argv: list[str]) -> dict:
         if path in seen:
             raise LoweringError(f"{path}: named by both {seen[path]} and {flag}")
         seen[path] = flag
-    result = report.empty(FLAGS.target, argv[1])
     result["output"] = str(output)
-    progress = report.Progress(result)
+    result["log"] = str(log) if log else None
     with staged_outputs(output) as staging:
         handler(source, options, staging, output, result, progress)
         progress.finish()
@@ -141,16 +178,59 @@ def run(argv: list[str]) -> dict:
     return result
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _keep_log(log: pathlib.Path, destination: pathlib.Path) -> None:
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(log, destination)
+    except OSError as e:
+        print(f"lower: warning: the log stays at {log} ({e})", file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
     from recurrent_lowering.passes import SpecError
 
-    try:
-        result = run(argv)
-    except (LoweringError, SpecError) as e:
-        print(f"lower: error: {e}", file=sys.stderr)
-        return 1
-    print(report.summary(result))
-    return 0
+    log = None
+    if not FLAGS.verbose:
+        handle, name = tempfile.mkstemp(prefix="lower-", suffix=".log")
+        os.close(handle)
+        log = pathlib.Path(name)
+    result, failure, logged = None, None, 0
+    with console.captured(log) as terminal:
+        try:
+            result = run(argv, terminal, captured=log is not None)
+        except (LoweringError, SpecError) as e:
+            failure = EXIT_USER_ERROR, f"lower: error: {_one_line(e)}"
+        except KeyboardInterrupt:
+            failure = 130, "lower: interrupted"
+        except Exception as e:  # noqa: BLE001 - any other failure is ours: one line, no traceback
+            sys.stderr.flush()
+            logged = log.stat().st_size if log else 0
+            traceback.print_exc()  # into the log; on the terminal with --verbose
+            where = f"; log: {log}" if log else ""
+            failure = (
+                EXIT_INTERNAL_ERROR,
+                (
+                    f"lower: internal error: {type(e).__name__}: {first_line(e)} "
+                    f"(rerun with --verbose for the traceback{where})"
+                ),
+            )
+    if failure is None:
+        if log is not None:
+            _keep_log(log, pathlib.Path(result["log"]))
+        print(report.summary(result))
+        return 0
+    code, line = failure
+    if log is not None and code == EXIT_INTERNAL_ERROR:
+        for text in console.tail(log, 8, limit=logged):  # other libraries' last words
+            print(f"  | {text}", file=sys.stderr)
+    elif log is not None:
+        log.unlink(missing_ok=True)
+    print(line, file=sys.stderr)
+    return code
 
 
 def entry() -> None:

@@ -18,6 +18,7 @@ torch 2.13: `ExportedProgram.module()` must be called with `check_guards=False`,
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import pathlib
@@ -83,6 +84,26 @@ class Numerics:
     tosa: list  # TOSA reference model outputs, dequantized (np.ndarray)
 
 
+class _Silent:
+    """The progress `lower` reports to when the caller gives none."""
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        yield
+
+    def steps(self, items, description: str, total=None):
+        return items
+
+
+@contextlib.contextmanager
+def _timed(times: dict, key: str, progress, label: str):
+    """Times the block into times[key] and reports it to `progress` as stage `label`."""
+    t0 = time.perf_counter()
+    with progress.stage(label):
+        yield
+    times[key] = time.perf_counter() - t0
+
+
 def _module_of(ep: torch.export.ExportedProgram) -> torch.fx.GraphModule:
     try:
         return ep.module(check_guards=False)
@@ -121,6 +142,7 @@ def quantize(
     calibration_inputs=None,
     quantizer_factory=None,
     activations: str = "int8",
+    progress=None,
 ):
     """PT2E quantization with the Arm quantizer for `compile_spec` (int8 per-channel weights;
     int8 activations, or int16 with `activations="int16"`, ExecuTorch's a16w8 config).
@@ -142,7 +164,8 @@ def quantize(
     quantizer = (quantizer_factory or create_quantizer)(compile_spec)
     quantizer.set_global(configs[activations](is_per_channel=True))
     prepared = prepare_pt2e(graph_module, quantizer)
-    for sample in calibration_inputs or [example_inputs]:
+    samples = calibration_inputs or [example_inputs]
+    for sample in (progress or _Silent()).steps(samples, "calibration samples"):
         prepared(*sample)
     return convert_pt2e(prepared)
 
@@ -244,6 +267,7 @@ def lower(
     strategy: str = "auto",
     state_bits: int = 8,
     recurrent_weight_bits: int = 8,
+    progress=None,
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
@@ -260,7 +284,8 @@ def lower(
     loop form's steps (state and gate arithmetic) in int16 while the rest stays int8.
     `recurrent_weight_bits` < 8 quantizes the weights every step reads (R, an LSTM's
     projection) to that many bits, in the CONV form (weight_precision; 4 bits: TOSA INT4,
-    which a TOSA target must name, e.g. "TOSA-1.0+INT+int4").
+    which a TOSA target must name, e.g. "TOSA-1.0+INT+int4"). `progress` (an object with
+    `stage(label)`, a context manager, and `steps(items, description)`) hears of each stage.
     """
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
@@ -302,25 +327,26 @@ def lower(
     module = _eval(module)
     times = {}
 
-    t0 = time.perf_counter()
+    progress = progress or _Silent()
     if quantized:
-        quantized_module = quantize(
-            module, example_inputs, spec, calibration_inputs, quantizer_factory, activations
-        )
-        times["quantize"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        exported = torch.export.export(quantized_module, example_inputs)
-    else:
+        with _timed(times, "quantize", progress, "quantize (calibrate, convert)"):
+            module = quantize(
+                module,
+                example_inputs,
+                spec,
+                calibration_inputs,
+                quantizer_factory,
+                activations,
+                progress,
+            )
+    with _timed(times, "export", progress, "export"):
         exported = torch.export.export(module, example_inputs)
-    times["export"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    edge = to_edge_transform_and_lower(
-        exported,
-        partitioner=[partitioner_factory(spec)],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False),
-    )
-    times["lower"] = time.perf_counter() - t0
+    with _timed(times, "lower", progress, f"partition and lower to {target}"):
+        edge = to_edge_transform_and_lower(
+            exported,
+            partitioner=[partitioner_factory(spec)],
+            compile_config=EdgeCompileConfig(_check_ir_validity=False),
+        )
     edge_program = edge.exported_program()
     graph_module = edge_program.graph_module
     lowered = [m for name, m in graph_module.named_children() if name.startswith("lowered_module")]
@@ -343,9 +369,8 @@ def lower(
     if mapping is None and lowered:
         program_module = edge_program.module(check_guards=False)  # a copy of the graph
     _drop_artifact_path(lowered)
-    t0 = time.perf_counter()
-    pte = edge.to_executorch().buffer
-    times["to_executorch"] = time.perf_counter() - t0
+    with _timed(times, "to_executorch", progress, "write the .pte (to_executorch)"):
+        pte = edge.to_executorch().buffer
     result = LoweringResult(
         target=target,
         quantized=quantized,
@@ -368,22 +393,21 @@ def lower(
     if mapping is not None:
         result.input_map, result.output_map, result.input_quant, result.output_quant = mapping
     if is_ethos and run_vela and tosa_files:
-        t0 = time.perf_counter()
-        # one Vela run per delegate (several when CPU ops sit between NPU parts), combined
-        single = len(tosa_files) == 1
-        runs = [
-            vela.run_vela(
-                f,
-                target,
-                system_config,
-                memory_mode,
-                output_dir=out_dir / "vela" if single else out_dir / "vela" / f.stem,
-            )
-            for f in tosa_files
-        ]
-        result.vela = vela.combined(runs, out_dir / "vela")
-        result.vela_delegates = len(runs)
-        times["vela"] = time.perf_counter() - t0
+        with _timed(times, "vela", progress, "Vela performance estimate"):
+            # one Vela run per delegate (several when CPU ops sit between NPU parts), combined
+            single = len(tosa_files) == 1
+            runs = [
+                vela.run_vela(
+                    f,
+                    target,
+                    system_config,
+                    memory_mode,
+                    output_dir=out_dir / "vela" if single else out_dir / "vela" / f.stem,
+                )
+                for f in progress.steps(tosa_files, "Vela runs")
+            ]
+            result.vela = vela.combined(runs, out_dir / "vela")
+            result.vela_delegates = len(runs)
         own = sorted((out_dir / "output").glob(f"out_summary_{system_config}.csv"))
         if own:  # ExecuTorch's Vela call writes this when dumping artifacts
             result.executorch_vela = vela.parse_summary_csv(own[0])

@@ -184,3 +184,17 @@ def to_layout0(model: onnx.ModelProto) -> onnx.ModelProto:
     g.node.extend(nodes)
     del g.value_info[:]
     return out
+
+
+def reflect_pad(pad: int) -> onnx.ModelProto:
+    """[1, n] -> reflect-pad `pad` on the last axis, which onnxruntime runs only for
+    n > pad: an STFT front-end (silero-vad's) in miniature, with no recurrent node."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, None])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])
+    pads = helper.make_tensor("p", TensorProto.INT64, [4], [0, pad, 0, pad])
+    nodes = [
+        helper.make_node("Constant", [], ["pads"], value=pads),
+        helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect"),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])

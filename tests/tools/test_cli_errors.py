@@ -11,8 +11,12 @@ from recurrent_lowering.tests.tools.cli import run_lower
 
 
 def _error_line(result) -> str:
+    """The one line that says why; nothing else on stderr but stage lines ("  load ...")."""
     lines = [line for line in result.stderr.splitlines() if line.startswith("lower: error:")]
     assert len(lines) == 1, result.stderr
+    others = [line for line in result.stderr.splitlines() if not line.startswith(("  ", "lower:"))]
+    assert not others, result.stderr  # e.g. torch's logger on a truncated .pt2
+    assert result.returncode == 1
     return lines[0]
 
 

@@ -118,7 +118,9 @@ def test_calibration_inputs_drive_the_numerics_check(tmp_path):
     assert numerics["max_abs_err"] <= 1e-5
 
 
-def test_random_inputs_say_what_they_leave_unchecked(tmp_path):
+def test_generated_inputs_say_what_they_are(tmp_path):
+    """No --calibration: the dynamic length gets the default time steps, sequence_lens the
+    full length, and the report says so and gives the shapes its check used."""
     from recurrent_lowering.tests.onnx import models
 
     cfg = models.Config(op="GRU", dynamic_steps=True, sequence_lens="input")
@@ -128,10 +130,12 @@ def test_random_inputs_say_what_they_leave_unchecked(tmp_path):
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["rewrite"]["replaced"] == 1
     assert report["warnings"] == [
-        "numerics checked with the dynamic dimensions of X set to 1 (pass --calibration to choose)",
-        "numerics checked with the integer inputs sequence_lens set to 1 (pass --calibration "
-        "to choose)",
+        "no --calibration: inputs generated with X[0]=16 (the time axis of rec); "
+        "sequence_lens=16 (the full length of rec) (pass --calibration to choose)"
     ]
+    assert report["numerics"]["inputs"] == "generated"
+    assert report["numerics"]["input_shapes"] == {"X": [16, 2, 3], "sequence_lens": [2]}
+    assert report["numerics"]["max_abs_err"] <= 1e-5
 
 
 def test_calibration_the_input_model_refuses_is_an_error(tmp_path):

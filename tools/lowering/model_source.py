@@ -7,7 +7,7 @@ import os
 import pathlib
 from typing import Any
 
-from .errors import LoweringError
+from .errors import LoweringError, first_line
 
 
 @dataclasses.dataclass
@@ -21,6 +21,7 @@ class ModelSource:
     program: Any
     example_inputs: tuple | None = None
     eager: Any = None  # the torch module, for bundled examples (fp32 reference)
+    notes: list = dataclasses.field(default_factory=list)  # for the report's warnings
 
 
 def bundled_names() -> list[str]:
@@ -53,16 +54,40 @@ def _require_file(path: pathlib.Path) -> None:
 
 
 def _load_onnx(path: pathlib.Path) -> ModelSource:
+    """Accepts what the ONNX checker or onnxruntime accepts. A model the checker refuses
+    only for missing type or shape information (onnxruntime runs such models) gets them
+    from shape inference."""
     import onnx
 
     _require_file(path)
     try:
         model = onnx.load(str(path))
+    except Exception as e:  # protobuf's errors have many types
+        raise LoweringError(f"{path}: not a valid ONNX model ({first_line(e)})") from e
+    try:
         onnx.checker.check_model(model)
-    except Exception as e:  # protobuf and checker errors have many types
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LoweringError(f"{path}: not a valid ONNX model ({reason})") from e
-    return ModelSource(path.stem, "onnx", path, model)
+        return ModelSource(path.stem, "onnx", path, model)
+    except Exception as e:  # the checker's errors have several types
+        checker = first_line(e)
+    try:
+        import onnxruntime as ort
+
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's errors have many types
+        raise LoweringError(
+            f"{path}: not a valid ONNX model (onnx checker: {checker}; onnxruntime: "
+            f"{first_line(e)})"
+        ) from e
+    try:
+        repaired = onnx.shape_inference.infer_shapes(model)
+        onnx.checker.check_model(repaired)
+    except Exception as e:
+        raise LoweringError(
+            f"{path}: onnxruntime runs it, but the ONNX checker refuses it ({checker}) and "
+            f"shape inference cannot repair it ({first_line(e)})"
+        ) from e
+    note = f"the ONNX checker refused the model ({checker}); types and shapes inferred"
+    return ModelSource(path.stem, "onnx", path, repaired, notes=[note])
 
 
 def _load_pt2(path: pathlib.Path) -> ModelSource:
@@ -72,8 +97,7 @@ def _load_pt2(path: pathlib.Path) -> ModelSource:
     try:
         program = torch.export.load(str(path))
     except Exception as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LoweringError(f"{path}: not a valid torch.export .pt2 file ({reason})") from e
+        raise LoweringError(f"{path}: not a valid torch.export .pt2 file ({first_line(e)})") from e
     example = program.example_inputs[0] if program.example_inputs else None
     return ModelSource(path.stem, "torch", path, program, example)
 

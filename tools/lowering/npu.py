@@ -2,43 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
 import shutil
-import sys
 import tempfile
 from typing import Any
 
 import numpy as np
 
-from . import calibration
+from . import calibration, console
 from .errors import LoweringError
 from .plot import plot_error_per_timestep
-
-
-def _flush_stdout() -> None:
-    sys.stdout.flush()
-    ctypes.CDLL(None).fflush(None)
-
-
-@contextlib.contextmanager
-def _stdout_to_stderr_if_interactive():
-    """ExecuTorch's Ethos-U backend runs Vela in-process and Vela prints its whole report
-    to stdout; the TOSA reference model prints warnings there too. Our stdout is the
-    summary: their text goes to stderr on a terminal and is dropped otherwise. The C++
-    parts write through libc's buffer, which is flushed at both edges."""
-    _flush_stdout()
-    saved = os.dup(1)
-    target = os.dup(2) if sys.stderr.isatty() else os.open(os.devnull, os.O_WRONLY)
-    os.dup2(target, 1)
-    try:
-        yield
-    finally:
-        _flush_stdout()
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(target)
 
 
 def _module(source):
@@ -226,7 +198,7 @@ def _report_cpu_reasons(options, partitioners, result, report: dict[str, Any]) -
 
 
 def lower(source, options, staging, output, report, progress) -> None:
-    with _stdout_to_stderr_if_interactive():
+    with console.stdout_to_stderr():
         _lower(source, options, staging, output, report, progress)
 
 
@@ -256,37 +228,38 @@ def _lower(source, options, staging, output, report, progress) -> None:
         _refuse_float64(source)
         module = _module(source)
         example, samples = _inputs(source, options, report)
+        names = [spec[0] for spec in calibration.torch_input_specs(source)]
+        report["numerics"]["input_shapes"] = {n: list(t.shape) for n, t in zip(names, example)}
     else:
         raise LoweringError(f"{source.path}: {report['target']} cannot take a {source.kind} model")
     work = tempfile.mkdtemp(prefix="lower-")
     try:
-        stage = progress.stage(f"export, quantize and lower for {report['target']}")
-        with stage:
-            try:
-                quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(
-                    options, report["target"]
-                )
-                vela_options = _vela_options(options, report["target"])
-                result = flow.lower(
-                    module,
-                    example,
-                    _flow_target(options, report["target"]),
-                    artifact_dir=work,
-                    calibration_inputs=samples,
-                    quantizer_factory=quantizer_factory,
-                    partitioner_factory=partitioner_factory,
-                    activations="int16" if options.quantization == "int16" else "int8",
-                    **vela_options,
-                )
-            except flow.FlowError as e:
-                raise LoweringError(str(e)) from e
-            except Exception as e:  # Vela refusing a configuration: its own message says why
-                if not type(e).__module__.startswith("ethosu."):
-                    raise
-                raise LoweringError(
-                    f"Vela ({options.system_config or 'default system config'}, "
-                    f"{options.memory_mode or 'default memory mode'}): {e}"
-                ) from e
+        try:
+            quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(
+                options, report["target"]
+            )
+            vela_options = _vela_options(options, report["target"])
+            result = flow.lower(
+                module,
+                example,
+                _flow_target(options, report["target"]),
+                artifact_dir=work,
+                calibration_inputs=samples,
+                quantizer_factory=quantizer_factory,
+                partitioner_factory=partitioner_factory,
+                activations="int16" if options.quantization == "int16" else "int8",
+                progress=progress,
+                **vela_options,
+            )
+        except flow.FlowError as e:
+            raise LoweringError(str(e)) from e
+        except Exception as e:  # Vela refusing a configuration: its own message says why
+            if not type(e).__module__.startswith("ethosu."):
+                raise
+            raise LoweringError(
+                f"Vela ({options.system_config or 'default system config'}, "
+                f"{options.memory_mode or 'default memory mode'}): {e}"
+            ) from e
         staging.path_for(output).write_bytes(result.pte)
         bits = options.recurrent_weight_bits
         if bits != 8 and not sum(q.narrowed for q in quantizers):
@@ -298,7 +271,6 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 activations=options.quantization,
                 recurrent_weight_bits=options.recurrent_weight_bits,
             )
-        report["time"]["stages"].update({f"flow.{k}": round(v, 3) for k, v in result.times.items()})
         report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
         if not result.edge_nodes:
             report["warnings"].append(f"nothing was delegated to {report['target']}")
@@ -311,8 +283,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
             if options.vela_summary is not None:
                 csvs = sorted(result.vela.output_dir.rglob("*summary*.csv"))
                 shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
-        numerics_stage = progress.stage("numerics on the TOSA reference model")
-        with numerics_stage:
+        with progress.stage("numerics on the TOSA reference model"):
             try:
                 numerics = flow.check_numerics(result, module, example)
             except flow.FlowError as e:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LoweringError
+from .errors import LoweringError, first_line
 
 
 def _flat(outputs: Any) -> list[np.ndarray]:
@@ -45,68 +45,27 @@ def count_call_functions(graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "call_function")
 
 
-def random_onnx_inputs(model, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs for an ONNX model's graph inputs; dynamic dimensions become 1."""
-    from onnx import helper
+def compare_onnx(original, rewritten, feeds: dict, from_user: bool) -> dict[str, Any]:
+    """Runs both models in onnxruntime on `feeds` and compares their outputs. When
+    onnxruntime cannot load the original (it refuses layout=1 recurrent nodes) only the
+    rewritten model runs, with no reference. `from_user`: the feeds are --calibration
+    data, whose refusal by onnxruntime is the user's to fix (lengths beyond T, say)."""
+    from recurrent_lowering.runtime.onnxruntime_session import session
 
-    rng = np.random.default_rng(seed)
-    initializers = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        tensor_type = value.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[value.name] = np.full(shape, 1, dtype=dtype)
-        else:
-            feeds[value.name] = rng.uniform(-1, 1, size=shape).astype(dtype)
-    return feeds
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def compare_onnx(original, rewritten, feeds: dict | None = None) -> dict[str, Any]:
-    """Runs both models in onnxruntime on `feeds` (default: random inputs). If onnxruntime
-    refuses the original (for instance layout=1 recurrent nodes), only the rewritten model
-    runs. Given feeds that onnxruntime refuses (the original runs on random ones) are an
-    error: a --calibration that does not fit the model (e.g. lengths beyond T)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-
-    def run(model, inputs):
-        session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-        )
-        return session.run(None, inputs)
-
-    given = feeds is not None
-    feeds = random_onnx_inputs(rewritten) if feeds is None else feeds
-    try:
-        actual = run(rewritten, feeds)
-    except Exception as e:  # onnxruntime's errors have many types
-        if given:
-            reason = _first_line(e)
+    def run(model_session, which: str):
+        try:
+            return model_session.run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - its refusals have many types
+            if not from_user:
+                raise
             raise LoweringError(
-                f"onnxruntime cannot run the model on --calibration: {reason}"
+                f"onnxruntime refuses the {which} model on --calibration: {first_line(e)}"
             ) from e
-        raise
+
+    actual = run(session(rewritten), "rewritten")
     try:
-        expected = run(original, feeds)
-    except Exception as e:  # ORT refuses some valid models, e.g. layout=1 GRU
-        if given:
-            try:
-                run(original, random_onnx_inputs(original))
-            except Exception:  # noqa: BLE001 - refused whatever the inputs: the model
-                pass
-            else:
-                raise LoweringError(
-                    f"onnxruntime refuses the input model on --calibration: {_first_line(e)}"
-                ) from e
-        return {"reference": f"none: onnxruntime refused the input model ({type(e).__name__})"}
+        reference = session(original)
+    except Exception as e:  # noqa: BLE001 - its refusals have many types
+        return {"reference": f"none: onnxruntime refused the input model ({first_line(e)})"}
+    expected = run(reference, "input")
     return {"reference": "onnxruntime on the input model", **compare(expected, actual)}

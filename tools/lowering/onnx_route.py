@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from . import calibration
-from .errors import LoweringError
+from . import onnx_inputs
+from .errors import LoweringError, first_line
 
 
 @dataclasses.dataclass
@@ -28,48 +28,60 @@ class Prepared:
     reference_name: str
 
 
-def _pinned_shapes(specs, arrays, report) -> dict:
-    """name -> static shape: from the calibration arrays, else dynamic dimensions set to 1."""
-    if arrays is not None:
-        return {name: tuple(a.shape) for (name, _, _), a in zip(specs, arrays)}
-    dynamic = calibration.dynamic_warning(specs, "set to 1")
-    if dynamic:
-        report["warnings"].append(dynamic)
-    return {name: tuple(1 if d is None else d for d in shape) for name, shape, _ in specs}
+def _onnxruntime(model, feeds: dict) -> tuple[list | None, str]:
+    from recurrent_lowering.runtime.onnxruntime_session import session
 
-
-def _onnxruntime(model, example) -> tuple[list | None, str]:
-    import onnxruntime as ort
-
-    from recurrent_lowering.backends.onnx import to_torch
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    feeds = {name: t.numpy() for (name, _, _), t in zip(to_torch.input_specs(model), example)}
     try:
-        session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        return session(model).run(None, feeds), "onnxruntime on the input model (fp32)"
+    except Exception as e:  # noqa: BLE001 - ORT refuses some valid models (layout=1 nodes)
+        reason = first_line(e)
+        return (
+            None,
+            f"torch module of the rewritten model (onnxruntime refused the input: {reason})",
         )
-        return session.run(None, feeds), "onnxruntime on the input model (fp32)"
-    except Exception as e:  # ORT refuses some valid models, e.g. layout=1 recurrent nodes
-        return None, f"torch module of the rewritten model (onnxruntime refused the input: {e})"
+
+
+def _feeds(source, specs, calibration_arrays, report, progress) -> dict:
+    """name -> array: the --calibration arrays, else inputs generated for the model's
+    dynamic dimensions (onnx_inputs), which then fix the NPU program's shapes."""
+    if calibration_arrays is not None:
+        report["numerics"]["inputs"] = "--calibration"
+        return {
+            name: np.asarray(a, dtype=dtype)
+            for a, (name, _, dtype) in zip(calibration_arrays, specs)
+        }
+    with progress.stage("choose input sizes"):
+        generated = onnx_inputs.generate(source.program, progress)
+    if generated.refused:  # an NPU program is built for these sizes: they must be right
+        raise LoweringError(
+            f"{source.path}: onnxruntime refuses the model on the inputs generated for its "
+            f"dynamic dimensions ({generated.describe()}: {generated.refused}); pass "
+            "--calibration with inputs the model takes"
+        )
+    report["numerics"]["inputs"] = "generated"
+    if generated.chosen:
+        report["warnings"].append(generated.warning())
+    if report["target"] != "TOSA-1.0+FP":  # every other NPU target is quantized
+        report["warnings"].append("no --calibration: quantization calibrated on random inputs")
+    return generated.feeds
 
 
 def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     """`calibration_arrays`: numpy arrays in graph input order, checked against the model's
-    inputs, or None (random inputs)."""
+    inputs, or None (inputs generated for it)."""
     import torch
 
     from recurrent_lowering.backends.onnx import rewrite, to_torch, torch_recurrent
-    from recurrent_lowering.passes import SpecError
     from recurrent_lowering.tools.lowering import numerics
 
     specs = to_torch.input_specs(source.program)
     selection = torch_recurrent.Selection()  # what nn.GRU/LSTM/RNN compute stays a node
 
+    feeds = _feeds(source, specs, calibration_arrays, report, progress)
+    report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
     try:
         model = to_torch.with_static_inputs(
-            source.program, _pinned_shapes(specs, calibration_arrays, report)
+            source.program, {name: a.shape for name, a in feeds.items()}
         )
         with progress.stage("rewrite recurrent nodes (unrolled)"):
             rewritten = rewrite.rewrite_model(  # NPU weights are compiled in: constants only
@@ -83,11 +95,6 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             module = to_torch.onnx_to_torch(rewritten, selection.kept)
     except to_torch.ToTorchError as e:
         raise LoweringError(f"{source.path}: {e}") from e
-    except SpecError as e:  # a size set to 1 may be why (e.g. constant lengths beyond T = 1)
-        pinned = calibration_arrays is None and calibration.dynamic_warning(specs, "set to 1")
-        if not pinned:
-            raise
-        raise LoweringError(f"{e} ({pinned})") from e
     names = [read.spec.name for read in selection.kept.values()]
     unrolled = selection.rewritten
     report["recurrent_nodes"] = {"as_torch_modules": names, "unrolled": unrolled}
@@ -97,18 +104,9 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             f"--emission loop: {', '.join(unrolled)} rewritten unrolled (no torch module "
             "computes them exactly; see recurrent_nodes.unrolled)"
         )
-    report["numerics"]["inputs"] = "random" if calibration_arrays is None else "--calibration"
-    if calibration_arrays is None:
-        example = to_torch.example_inputs(model)
-        if report["target"] != "TOSA-1.0+FP":  # every other NPU target is quantized
-            report["warnings"].append("no --calibration: quantization calibrated on random inputs")
-    else:
-        example = tuple(
-            torch.from_numpy(np.asarray(a, dtype=dtype))
-            for a, (_, _, dtype) in zip(calibration_arrays, specs)
-        )
+    example = tuple(torch.from_numpy(a) for a in feeds.values())
     with progress.stage("fp32 reference (onnxruntime)"):
-        reference, reference_name = _onnxruntime(model, example)
+        reference, reference_name = _onnxruntime(model, feeds)
     if reference is not None:
         with torch.no_grad():
             converted = numerics.compare(reference, module(*example))

@@ -6,10 +6,7 @@ report["vela"]["cycles"]). A key whose figure does not apply to the target is nu
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
-import time
 from typing import Any
 
 
@@ -33,38 +30,15 @@ def empty(target: str, model: str) -> dict[str, Any]:
         "numerics": {
             "reference": None,
             "inputs": None,
+            "input_shapes": None,
             "max_abs_err": None,
             "sqnr_db": None,
             "plot": None,
         },
         "time": {"total_s": None, "stages": {}},
+        "log": None,
         "warnings": [],
     }
-
-
-class Progress:
-    """Times stages into the report and prints progress when stderr is a terminal."""
-
-    def __init__(self, report: dict[str, Any], stream=sys.stderr):
-        self.report = report
-        self.stream = stream
-        self.interactive = stream.isatty()
-        self._start = time.perf_counter()
-
-    @contextlib.contextmanager
-    def stage(self, name: str):
-        if self.interactive:
-            self.stream.write(f"  {name} ...")
-            self.stream.flush()
-        t0 = time.perf_counter()
-        yield
-        seconds = time.perf_counter() - t0
-        self.report["time"]["stages"][name] = round(seconds, 3)
-        if self.interactive:
-            self.stream.write(f" {seconds:.1f} s\n")
-
-    def finish(self) -> None:
-        self.report["time"]["total_s"] = round(time.perf_counter() - self._start, 3)
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -88,6 +62,10 @@ def summary(report: dict[str, Any]) -> str:
         f"## {report['model']} -> {report['target']}",
         "",
         f"output: {report['output']}",
+    ]
+    if report.get("log"):
+        lines.append(f"log of other libraries' messages: {report['log']}")
+    lines += [
         "",
         "| what | value |",
         "|---|---|",

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from .errors import LoweringError
 from .model_source import ModelSource
-from .report import Progress
+from .progress import Progress
 from .staging import Staging
 
 TOSA_TARGETS = ("TOSA-1.0+FP", "TOSA-1.0+INT")
@@ -79,6 +79,9 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
     if arrays is not None:  # the user's data for the numerics check
         inputs = tuple(torch.from_numpy(a).to(dtype) for a, (_, _, dtype) in zip(arrays, specs))
     report["numerics"]["inputs"] = "--calibration" if arrays is not None else "example inputs"
+    if inputs is not None:
+        shapes = {name: list(t.shape) for (name, _, _), t in zip(specs, inputs)}
+        report["numerics"]["input_shapes"] = shapes
     if inputs is not None:  # the reference comes first: decomposition may reuse the graph
         with torch.no_grad():  # on a copy: a state buffer written in place must stay as loaded
             expected = copy.deepcopy(source.program).module()(*inputs)
@@ -103,18 +106,12 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
     import onnx
 
     from recurrent_lowering.backends.onnx import rewrite, to_torch
-    from recurrent_lowering.tools.lowering import calibration, numerics
+    from recurrent_lowering.tools.lowering import calibration, numerics, onnx_inputs
 
     if source.kind != "onnx":
         raise LoweringError(f"{source.name}: --target onnx takes an .onnx file")
     specs = to_torch.input_specs(source.program)
     arrays = calibration.load_checked(options.calibration, specs)
-    feeds = None  # random inputs for the numerics check, or the user's
-    if arrays is not None:
-        feeds = {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
-    report["numerics"]["inputs"] = "random" if feeds is None else "--calibration"
-    if feeds is None:
-        report["warnings"].extend(_random_input_caveats(specs))
     strategy = "auto" if options.strategy == "auto" else options.strategy
     with progress.stage("rewrite recurrent nodes"):
         rewritten = rewrite.rewrite_model(
@@ -129,31 +126,28 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
         report["warnings"].append("no GRU/LSTM/RNN node in the model: written unchanged")
     with progress.stage("save .onnx"):
         onnx.save(rewritten, str(staging.path_for(output)))
-    with progress.stage("numerics vs input model (onnxruntime)"):
-        report["numerics"].update(numerics.compare_onnx(source.program, rewritten, feeds))
     report["ops"]["cpu"] = sum(1 for _ in rewritten.graph.node)
     report["ops"]["delegated"] = 0
-
-
-def _random_input_caveats(specs) -> list[str]:
-    """What random numerics inputs leave unchecked: dynamic dimensions run at 1, integer
-    inputs (sequence_lens) at 1."""
-    import numpy as np
-
-    caveats = []
-    dynamic = [name for name, shape, _ in specs if any(d is None for d in shape)]
-    if dynamic:
-        caveats.append(
-            f"numerics checked with the dynamic dimensions of {', '.join(dynamic)} set to 1 "
-            "(pass --calibration to choose)"
+    if arrays is not None:
+        feeds = {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
+    else:
+        with progress.stage("choose input sizes"):
+            generated = onnx_inputs.generate(source.program, progress)
+        report["warnings"] += [generated.warning()] if generated.chosen else []
+        if generated.refused:  # the rewrite does not depend on the check: written anyway
+            report["warnings"].append(
+                f"numerics not checked: onnxruntime refuses the input model on the inputs "
+                f"generated for it ({generated.describe()}: {generated.refused}); pass "
+                "--calibration with inputs the model takes"
+            )
+            return
+        feeds = generated.feeds
+    report["numerics"]["inputs"] = "--calibration" if arrays is not None else "generated"
+    report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
+    with progress.stage("numerics vs input model (onnxruntime)"):
+        report["numerics"].update(
+            numerics.compare_onnx(source.program, rewritten, feeds, from_user=arrays is not None)
         )
-    integers = [name for name, _, dtype in specs if np.issubdtype(dtype, np.integer)]
-    if integers:
-        caveats.append(
-            f"numerics checked with the integer inputs {', '.join(integers)} set to 1 "
-            "(pass --calibration to choose)"
-        )
-    return caveats
 
 
 def _lower_npu(source, options, staging, output, report, progress) -> None:
