@@ -4,8 +4,9 @@
 
 - HOME, TMPDIR and the libraries' cache directories point into a scratch directory beside
   the outputs (inside the action's sandbox or remote work directory), removed at the end.
-- Everything the lowering prints, third-party libraries and C++ included, goes to the log;
-  on failure its tail is printed, so Bazel shows output only for failed actions.
+- Nothing reaches Bazel's console unless the lowering fails: `lower --log` puts the other
+  libraries' output (C++ included) in the declared log, and what `lower` itself shows
+  (stage lines, summary) is appended to it; on failure that is printed instead.
 - The report keeps only what the model, the flags and the environment determine: wall-clock
   times go to the timings file, and paths under the working directory (the execution root)
   become relative to it, so the same action gives the same bytes in every checkout.
@@ -91,21 +92,25 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     try:
         env = _scratch_env(scratch)
-        with open(args.log, "wb") as log:
+        terminal = scratch / "terminal.txt"  # what `lower` shows a user: stages, summary
+        with open(terminal, "wb") as out:
             status = subprocess.run(
                 [sys.executable, "-B", "-P", "-s", "-m", "recurrent_lowering.tools.lower"]
                 + lower_args
-                + ["--report", str(args.report)],
+                + ["--report", str(args.report), "--log", str(args.log)],
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
             ).returncode
+        shown = terminal.read_text(errors="replace")
         if status != 0:
-            lines = args.log.read_text(errors="replace").splitlines()
+            lines = shown.splitlines()
             print("\n".join(lines[-LOG_TAIL_LINES:]), file=sys.stderr)
-            print(f"lowering failed (exit {status}); the lines above end its log", file=sys.stderr)
+            print(f"lowering failed (exit {status})", file=sys.stderr)
             return status
+        with open(args.log, "a") as log:  # the libraries' log, then what `lower` showed
+            log.write("\n--- lower's own output ---\n" + shown)
         report = _split_report(args.report, args.timings, time.perf_counter() - start)
         if args.plot is not None and not args.plot.exists():
             checked = report.get("numerics", {}).get("sqnr_db") is not None
