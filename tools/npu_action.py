@@ -92,6 +92,7 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     try:
         env = _scratch_env(scratch)
+        os.environ.update(env)  # this process too: the placeholder plot imports matplotlib
         terminal = scratch / "terminal.txt"  # what `lower` shows a user: stages, summary
         with open(terminal, "wb") as out:
             status = subprocess.run(

@@ -2,7 +2,8 @@
 with nested Bazels sharing a disk cache and a BuildGrid remote cache and executor.
 
 What a team depending on this repository relies on, checked in order:
-1. `bazel test //...` passes, lowering every model in sandboxed actions (checkout A).
+1. `bazel test //...` passes, lowering every model in sandboxed actions that print nothing
+   (checkout A).
 2. A second checkout at another path, with its own output base, gets every NpuLower action
    from the shared disk cache, then every one from BuildGrid's action cache: action keys
    hold no path.
@@ -69,7 +70,9 @@ def append(path: pathlib.Path, line: str) -> None:
 
 def check_caches_and_remote(a: Workspace, b: Workspace, grid: BuildGrid, disk_cache: str):
     caches = (f"--disk_cache={disk_cache}", f"--remote_cache={grid.url}")
-    assert a.bazel("test", "//...", *caches) == 0, "bazel test //... failed in checkout A"
+    code, shown = a.bazel_output("test", "//...", *caches)
+    assert code == 0, "bazel test //... failed in checkout A"
+    assert "From Lowering" not in shown, "a lowering action printed to Bazel's console"
     code = a.bazel("test", "//models:kws_gru_u55_too_strict", *caches)
     assert code == 3, f"a threshold beyond the model's SQNR must fail the test ({code})"
     built_a = artifacts(a)

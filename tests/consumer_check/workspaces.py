@@ -103,9 +103,18 @@ class Workspace:
         self.log = output_base.parent / f"{output_base.name}.exec.json"
 
     def bazel(self, *args: str) -> int:
+        return self.bazel_output(*args)[0]
+
+    def bazel_output(self, *args: str) -> tuple[int, str]:
+        """(exit code, what Bazel printed); the output is passed on to this test's log."""
         cmd = ["bazel", f"--output_base={self.output_base}", "--max_idle_secs=120", *args]
         print("$", " ".join(cmd), flush=True)
-        return subprocess.run(cmd, cwd=self.root, env=self.env).returncode
+        done = subprocess.run(
+            cmd, cwd=self.root, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        text = done.stdout.decode(errors="replace")
+        print(text, flush=True)
+        return done.returncode, text
 
     def lowering(self, *args: str) -> list[Spawn]:
         """`bazel build ARGS` (asserted to pass); the NpuLower spawns it ran or fetched."""
