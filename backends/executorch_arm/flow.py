@@ -309,6 +309,7 @@ def lower(
     program_module = None
     if mapping is None and lowered:
         program_module = edge_program.module(check_guards=False)  # a copy of the graph
+    _drop_artifact_path(lowered)
     with _timed(times, "to_executorch", progress, "write the .pte (to_executorch)"):
         pte = edge.to_executorch().buffer
     result = LoweringResult(
@@ -353,6 +354,17 @@ def lower(
         if own:  # ExecuTorch's Vela call writes this when dumping artifacts
             result.executorch_vela = vela.parse_summary_csv(own[0])
     return result
+
+
+def _drop_artifact_path(lowered_modules) -> None:
+    """The dump directory is where this run wrote its debug files, not part of the program:
+    left in the compile specs, the .pte would embed it (a fresh temporary name each run)."""
+    from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
+
+    for module in lowered_modules:
+        module._compile_specs = [
+            spec for spec in module.compile_specs if spec.key != ArmCompileSpec._DEBUG_ARTIFACT_KEY
+        ]
 
 
 def _flat_outputs(out) -> list:

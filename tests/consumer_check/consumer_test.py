@@ -1,17 +1,29 @@
-"""The example consumer workspace (tests/consumer/), built and tested with a nested Bazel.
+"""The example consumer workspace (tests/consumer/) from two checkouts at different paths,
+with nested Bazels sharing a disk cache and a BuildGrid remote cache and executor.
 
-It checks what a team depending on this repository relies on: `bazel test //...` passes
-with sandboxed actions; a second build re-runs no lowering action; changing one model
-re-runs only that model's action; a threshold set beyond what a model reaches fails.
-The workspace is copied to a temporary directory so the checked-in model stays untouched.
-This script lives in a directory of its own: Python puts a script's directory first on
-sys.path, and tests/ holds packages (tests/onnx) named like the libraries imported here.
+What a team depending on this repository relies on, checked in order:
+1. `bazel test //...` passes, lowering every model in sandboxed actions that print nothing
+   (checkout A).
+2. A second checkout at another path, with its own output base, gets every NpuLower action
+   from the shared disk cache, then every one from BuildGrid's action cache: action keys
+   hold no path.
+3. Re-executed (--noremote_accept_cached) on BuildGrid's worker, in an empty directory with
+   only the declared inputs and the pinned environment, every action gives byte-identical
+   files (artifact, report, .tosa, Vela CSV, plot) to checkout A's local run.
+4. Every action's inputs include the environment's launcher and environment.txt.
+5. An edit re-runs only what it reaches: the ONNX adapter only the model rewritten to ONNX,
+   the ExecuTorch adapter only the .pt2 models (not the ONNX one), the requirements every
+   lowering, a model only its own action.
+6. A threshold beyond what a model reaches fails its test; `bazel coverage` reports the lines
+   a py_test ran, in this repository's files and the consumer's.
+The checkouts are copies, so the working tree stays untouched. This script lives in a
+directory of its own: Python puts a script's directory first on sys.path, and tests/ holds
+packages (tests/onnx) named like the libraries imported here.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -19,71 +31,144 @@ import sys
 import tempfile
 
 import onnx
+from remote_service import BuildGrid
+from workspaces import Workspace, checkout, nested_env, offer_environment, source_root
+
+MODELS = ("//models:kws_gru_aten", "//models:kws_gru_onnx", "//models:kws_gru_u55")
+ONNX_MODELS = ("//models:kws_gru_onnx",)
+# What each model's action writes that must be the same bytes wherever it runs (not the log
+# and timings).
+REPRODUCIBLE = {
+    "kws_gru_aten": (".pt2", ".report.json"),
+    "kws_gru_onnx": (".onnx", ".report.json"),
+    "kws_gru_u55": (".pte", ".report.json", ".tosa", ".vela_summary.csv", ".error.png"),
+}
 
 
-class Consumer:
-    def __init__(self, repo: pathlib.Path, root: pathlib.Path):
-        self.root = root / "consumer"
-        shutil.copytree(
-            repo / "tests" / "consumer",
-            self.root,
-            ignore=shutil.ignore_patterns("bazel-*"),
-        )
-        workspace = self.root / "WORKSPACE"
-        workspace.write_text(workspace.read_text().replace('path = "../.."', f'path = "{repo}"'))
-        self.output_base = root / "output_base"
-        self.events = root / "events.json"
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("TEST_", "BUILD_", "RUNFILES"))
-        }
+def consumer(repo: pathlib.Path, dep: pathlib.Path, root: pathlib.Path, envs) -> Workspace:
+    """tests/consumer copied to root/consumer, its recurrent_lowering the checkout `dep`."""
+    path = root / "consumer"
+    shutil.copytree(repo / "tests" / "consumer", path, ignore=shutil.ignore_patterns("bazel-*"))
+    workspace = path / "WORKSPACE"
+    workspace.write_text(workspace.read_text().replace('path = "../.."', f'path = "{dep}"'))
+    return Workspace(path, root / "output_base", nested_env(envs))
 
-    def bazel(self, *args: str) -> int:
-        cmd = ["bazel", f"--output_base={self.output_base}", "--max_idle_secs=60", *args]
-        print("$", " ".join(cmd), flush=True)
-        return subprocess.run(cmd, cwd=self.root, env=self.env).returncode
 
-    def lowering_actions(self, *targets: str) -> list[str]:
-        """Builds `targets` and returns the labels whose NpuLower action ran."""
-        code = self.bazel(
-            "build",
-            "--build_event_publish_all_actions",
-            f"--build_event_json_file={self.events}",
-            *targets,
-        )
-        assert code == 0, f"bazel build failed ({code})"
-        ran = []
-        for line in self.events.read_text().splitlines():
-            event = json.loads(line)
-            action = event.get("action")
-            if action and action.get("type") == "NpuLower":
-                ran.append(event["id"]["actionCompleted"]["label"])
-        return ran
+def ran(spawns) -> list[str]:
+    return [s.model for s in spawns if not s.cache_hit]
+
+
+def artifacts(workspace: Workspace) -> dict[str, bytes]:
+    models = workspace.bin() / "models"
+    names = [name + ext for name, exts in REPRODUCIBLE.items() for ext in exts]
+    return {name: (models / name).read_bytes() for name in names}
+
+
+def append(path: pathlib.Path, line: str) -> None:
+    path.write_text(path.read_text() + line)
+
+
+def check_caches_and_remote(a: Workspace, b: Workspace, grid: BuildGrid, disk_cache: str):
+    caches = (f"--disk_cache={disk_cache}", f"--remote_cache={grid.url}")
+    code, shown = a.bazel_output("test", "//...", *caches)
+    assert code == 0, "bazel test //... failed in checkout A"
+    assert "From Lowering" not in shown, "a lowering action printed to Bazel's console"
+    code = a.bazel("test", "//models:kws_gru_u55_too_strict", *caches)
+    assert code == 3, f"a threshold beyond the model's SQNR must fail the test ({code})"
+    built_a = artifacts(a)
+
+    from_disk = b.lowering(*MODELS, f"--disk_cache={disk_cache}")
+    assert [s.model for s in from_disk] == list(MODELS), from_disk
+    assert ran(from_disk) == [], f"checkout B missed the disk cache: {from_disk}"
+
+    assert b.bazel("clean") == 0
+    from_grid = b.lowering(*MODELS, f"--remote_cache={grid.url}")
+    assert len(from_grid) == 3 and ran(from_grid) == [], f"missed BuildGrid: {from_grid}"
+
+    assert b.bazel("clean") == 0
+    remote = b.lowering(
+        *MODELS,
+        f"--remote_executor={grid.url}",
+        "--spawn_strategy=remote",
+        "--noremote_accept_cached",
+    )
+    assert ran(remote) == list(MODELS) and {s.runner for s in remote} == {"remote"}, remote
+    executed = [json.loads(line) for line in grid.journal.read_text().splitlines()]
+    assert len(executed) == 3 and all(e["exit_code"] == 0 for e in executed), executed
+    built_b = artifacts(b)
+    differ = [name for name in built_a if built_a[name] != built_b.get(name)]
+    assert not differ, f"re-executed remotely, these differ from checkout A's: {differ}"
+
+
+def check_inputs(b: Workspace) -> None:
+    out = subprocess.run(
+        ["bazel", f"--output_base={b.output_base}", "aquery", "mnemonic(NpuLower, //models:all)"],
+        cwd=b.root,
+        env=b.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    actions = out.split("action '")[1:]
+    assert len(actions) == 3, out
+    for action in actions:
+        for name in ("python3", "environment.txt"):
+            name = f"recurrent_lowering_python/{name}"
+            assert name in action, f"not an input of every NpuLower action: {name}\n{action}"
+
+
+def check_edits(repo: pathlib.Path, b: Workspace, dep: pathlib.Path, envs) -> None:
+    cheap = ("//models:kws_gru_aten", "//models:kws_gru_onnx")  # not the U55 model: time
+    append(dep / "backends" / "onnx" / "constants.py", "# edited by consumer_test\n")
+    assert ran(b.lowering(*MODELS)) == list(ONNX_MODELS), "an ONNX-adapter edit re-lowered more"
+    append(dep / "backends" / "executorch_arm" / "decompose.py", "# edited by consumer_test\n")
+    assert ran(b.lowering(*cheap)) == ["//models:kws_gru_aten"], "an adapter edit re-lowered ONNX"
+    append(dep / "requirements.txt", "# edited by consumer_test\n")
+    offer_environment(repo, dep, envs)
+    assert ran(b.lowering(*cheap)) == list(cheap), "a requirements edit did not re-lower"
+
+    model = b.root / "models" / "kws_gru.onnx"
+    proto = onnx.load(str(model))
+    proto.doc_string = "changed"
+    onnx.save(proto, str(model))
+    assert ran(b.lowering(*cheap)) == list(ONNX_MODELS), "a model edit re-lowered others"
+
+
+def check_coverage(a: Workspace) -> None:
+    assert a.bazel("coverage", "//tests:uses_core_test") == 0
+    lcov = (a.root / "bazel-testlogs" / "tests" / "uses_core_test" / "coverage.dat").read_text()
+    covered = {
+        block.split("\n", 1)[0]: block
+        for block in lcov.split("SF:")[1:]
+        if "\nLH:0\n" not in block and "\nLH:" in block
+    }
+    for source in ("tools/greeting.py", "external/recurrent_lowering/passes/spec.py"):
+        assert source in covered, f"no lines covered in {source}: {sorted(covered)}"
 
 
 def main() -> int:
-    runfile = pathlib.Path(os.environ["TEST_SRCDIR"], os.environ["TEST_WORKSPACE"], "WORKSPACE")
-    repo = runfile.resolve().parent
+    repo = source_root()
     with tempfile.TemporaryDirectory(prefix="consumer-") as tmp:
-        consumer = Consumer(repo, pathlib.Path(tmp))
+        tmp = pathlib.Path(tmp)
+        envs = tmp / "envs"
+        dep_a = checkout(repo, tmp / "a" / "recurrent_lowering")
+        dep_b = checkout(repo, tmp / "b" / "checkouts" / "recurrent_lowering")
+        offer_environment(repo, dep_a, envs)
+        a = consumer(repo, dep_a, tmp / "a", envs)
+        b = consumer(repo, dep_b, tmp / "b", envs)
         try:
-            assert consumer.bazel("test", "//...") == 0, (
-                "bazel test //... failed in the consumer workspace"
-            )
-            models = ("//models:kws_gru_onnx", "//models:kws_gru_u55")
-            ran = consumer.lowering_actions(*models)
-            assert ran == [], f"a second build re-ran lowering: {ran}"
-
-            path = consumer.root / "models" / "kws_gru.onnx"
-            model = onnx.load(str(path))
-            model.doc_string = "changed"
-            onnx.save(model, str(path))
-            ran = consumer.lowering_actions(*models)
-            assert ran == ["//models:kws_gru_onnx"], f"expected only the ONNX model, ran {ran}"
-
-            code = consumer.bazel("test", "//models:kws_gru_u55_too_strict")
-            assert code == 3, f"a threshold beyond the model's SQNR must fail the test ({code})"
+            with BuildGrid(repo, envs, tmp / "executed.jsonl") as grid:
+                try:
+                    check_caches_and_remote(a, b, grid, str(tmp / "disk_cache"))
+                except AssertionError:
+                    print(grid.logs(), file=sys.stderr)
+                    raise
+            check_inputs(b)
+            check_edits(repo, b, dep_b, envs)
+            check_coverage(a)
         finally:
-            consumer.bazel("shutdown")
+            a.shutdown()
+            b.shutdown()
     print("consumer example: all checks passed")
     return 0
 
