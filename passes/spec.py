@@ -167,6 +167,23 @@ class LayerWeights:
     proj: Any = None
 
 
+def to_dict(spec: RecurrentSpec) -> dict:
+    """`spec` as plain JSON values (how a description travels inside a framework's graph)."""
+    d = dataclasses.asdict(spec)
+    d["cell"], d["direction"] = spec.cell.value, spec.direction.value
+    return d
+
+
+def from_dict(d: dict) -> RecurrentSpec:
+    """The inverse of `to_dict`."""
+    d = dict(d)
+    d["cell"], d["direction"] = CellKind(d["cell"]), Direction(d["direction"])
+    d["layout"] = IOLayout(**d["layout"])
+    if d["activations"] is not None:
+        d["activations"] = tuple(tuple(Activation(**a) for a in acts) for acts in d["activations"])
+    return RecurrentSpec(**d)
+
+
 class SpecError(ValueError):
     """A recurrent layer the core cannot handle as described; names the layer and attribute."""
 

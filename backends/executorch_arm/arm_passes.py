@@ -34,7 +34,7 @@ from executorch.exir.pass_base import ExportPass
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassResult
 
-from .decompose import CELL_OPS, SEQUENCE_OPS, decompose_graph_module
+from .decompose import CELL_OPS, LAYER_OPS, SEQUENCE_OPS, decompose_graph_module
 from .fx_builder import PLAIN, ProductForm
 
 aten = torch.ops.aten
@@ -46,7 +46,7 @@ class DecomposeRecurrentPass(ArmOpTargetedPass):
 
     _passes_required_after: Set[Type[ExportPass]] = set()
     check_allowed_to_transform = True
-    target_ops = tuple(SEQUENCE_OPS) + tuple(CELL_OPS)
+    target_ops = tuple(SEQUENCE_OPS) + tuple(CELL_OPS) + LAYER_OPS
 
     def __init__(
         self,

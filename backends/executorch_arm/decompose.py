@@ -20,6 +20,7 @@ same on a bare GraphModule with `get_attr` weights (PT2E / Arm annotation graphs
 from __future__ import annotations
 
 import copy
+import dataclasses
 import operator
 from typing import Callable, Optional
 
@@ -46,6 +47,7 @@ from recurrent_lowering.passes.spec import (
     SpecError,
 )
 
+from . import layer_op
 from .fx_builder import PLAIN, FxBuilder, ProductForm
 from .fx_constants import ConstantSink, ModuleConstants, ProgramConstants, fake_mode_of
 from .plan import core_plan
@@ -66,7 +68,10 @@ CELL_OPS = {
     aten.rnn_relu_cell.default: (CellKind.RNN, (RELU,)),
 }
 PACKED_OPS = (aten.gru.data, aten.lstm.data, aten.rnn_tanh.data, aten.rnn_relu.data)
-TARGET_OPS = frozenset(SEQUENCE_OPS) | frozenset(CELL_OPS) | frozenset(PACKED_OPS)
+LAYER_OPS = (layer_op.OP,)  # a complete description (what nn modules cannot express)
+TARGET_OPS = (
+    frozenset(SEQUENCE_OPS) | frozenset(CELL_OPS) | frozenset(PACKED_OPS) | frozenset(LAYER_OPS)
+)
 
 _ZERO_FACTORIES = (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default)
 _FULL_FACTORIES = (aten.full.default, aten.full_like.default, aten.new_full.default)
@@ -199,6 +204,42 @@ def _sequence_problem(node: Node, constant_of: ConstantOf):
         x,
         (h0 if spec.has_initial_h else None),
         (c0 if spec.has_initial_c else None),
+        None,
+    )
+
+
+def _layer_problem(node: Node, constant_of: ConstantOf):
+    """(spec, weights, x, h0, c0, sequence_lens) of a recurrent_lowering.layer node."""
+    a = _arguments(node)
+    x = a["x"]
+    flat = [_weight(node, p, constant_of, f"weights[{i}]") for i, p in enumerate(a["weights"])]
+    spec, weights = layer_op.read(a["description"], flat)
+    steps = _val(x).shape[1 if spec.layout.batch_first else 0]
+    lens = a["sequence_lens"]
+    if lens is not None:
+        t = constant_of(lens)
+        lens = lens if t is None else t.detach().cpu().numpy().astype(np.int64)
+    h0, c0 = a["initial_h"], a["initial_c"]
+    users = _getitem_users(node)
+    spec = dataclasses.replace(
+        spec,
+        seq_len=steps if isinstance(steps, int) else None,
+        has_initial_h=not _is_zeros(h0, constant_of),
+        has_initial_c=spec.cell is CellKind.LSTM and not _is_zeros(c0, constant_of),
+        has_sequence_lens=lens is not None,
+        want_y=0 in users,
+        want_h=1 in users,
+        want_c=spec.cell is CellKind.LSTM and 2 in users,
+    )
+    if 2 in users and not spec.want_c:
+        raise SpecError(spec.name, "outputs", f"{spec.cell.value} has no cell state to read")
+    return (
+        spec,
+        weights,
+        x,
+        (h0 if spec.has_initial_h else None),
+        (c0 if spec.has_initial_c else None),
+        lens,
     )
 
 
@@ -239,6 +280,7 @@ def _cell_problem(node: Node, constant_of: ConstantOf):
         x,
         (h0 if spec.has_initial_h else None),
         (c0 if spec.has_initial_c else None),
+        None,
     )
 
 
@@ -283,7 +325,8 @@ def _replace(
     is_cell = node.target in CELL_OPS
     if node.target in PACKED_OPS:
         raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
-    spec, weights, x, h0, c0 = (_cell_problem if is_cell else _sequence_problem)(node, constant_of)
+    problem = _layer_problem if node.target in LAYER_OPS else _sequence_problem
+    spec, weights, x, h0, c0, lens = (_cell_problem if is_cell else problem)(node, constant_of)
     dtype = _val(x).dtype
     b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, products=products)
     with graph.inserting_before(node):
@@ -294,7 +337,7 @@ def _replace(
         if is_cell:
             out = passes.emit_step(b, spec, weights, x, h0, c0, plan=plan, shapes=shapes)
         else:
-            out = passes.emit(b, spec, weights, x, h0, c0, plan=plan, shapes=shapes)
+            out = passes.emit(b, spec, weights, x, h0, c0, lens, plan=plan, shapes=shapes)
         results = {0: out.y, 1: out.h, 2: out.c}
         if is_cell:
             results = {0: out.h, 1: out.c} if spec.cell is CellKind.LSTM else {0: out.h}

@@ -3,7 +3,8 @@
 A recurrent layer kept on the CPU is still decomposed by our core (ExecuTorch's portable
 runtime has no `aten::gru` kernel), so it is recognised by provenance, not by op: the fx
 builder copies `nn_module_stack` from the replaced `aten.gru`, so every emitted node (and
-what `to_edge` decomposes it into) names the `nn.GRU`/`LSTM`/`RNN` module it came from.
+what `to_edge` decomposes it into) names the `nn.GRU`/`LSTM`/`RNN` (or layer_op.Layer)
+module it came from.
 
   KeepRecurrentOnCpu       an operator-support check for the partitioner's `additional_checks`:
                            rejects nodes of recurrent layers;
@@ -25,9 +26,12 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from recurrent_lowering.runtime.quantization import QuantParams
 
+from . import layer_op
+
 # Module types whose nodes count as "recurrent layer" (nn_module_stack stores them as
 # "module.qualname" strings or as classes, depending on who built the graph).
 RECURRENT_MODULES = (
+    layer_op.Layer,
     torch.nn.GRU,
     torch.nn.LSTM,
     torch.nn.RNN,

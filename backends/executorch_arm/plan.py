@@ -24,8 +24,11 @@ class PlanError(ValueError):
 
 
 def _loop_takes(spec):
-    """Why the loop form cannot take a stack (FxBuilder.loop carries h and c of one shape)."""
-    return "proj_size" if spec.proj_size else None
+    """Why the loop form cannot take a stack (FxBuilder.loop carries h and c of one shape
+    and reads one sequence: no masks)."""
+    if spec.proj_size:
+        return "proj_size"
+    return "sequence_lens" if spec.has_sequence_lens else None
 
 
 def core_plan(strategy: str) -> Plan:

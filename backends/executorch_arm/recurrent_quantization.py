@@ -24,7 +24,7 @@ from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import Quantizer, SharedQuantizationSpec
 
 from . import fallback
-from .decompose import SEQUENCE_OPS
+from .decompose import LAYER_OPS, SEQUENCE_OPS
 
 _Q_KEY = "quantization_annotation"
 
@@ -36,10 +36,16 @@ def state_pairs(graph: torch.fx.Graph) -> list[tuple[str, int]]:
     outputs = list(graph.output_node().args[0])
     pairs = []
     for node in graph.nodes:
-        if node.op != "call_function" or node.target not in SEQUENCE_OPS:
+        if node.op != "call_function":
             continue
-        hx = node.args[1]
-        for k, state in enumerate(hx if isinstance(hx, (list, tuple)) else [hx]):
+        if node.target in LAYER_OPS:  # (x, initial_h, initial_c, ...)
+            states = [node.args[1], node.args[2]]
+        elif node.target in SEQUENCE_OPS:  # (input, hx, ...): hx is [h, c] for an LSTM
+            hx = node.args[1]
+            states = hx if isinstance(hx, (list, tuple)) else [hx]
+        else:
+            continue
+        for k, state in enumerate(states):
             if not (isinstance(state, Node) and state.op == "placeholder"):
                 continue
             for user in node.users:
