@@ -198,3 +198,71 @@ def reflect_pad(pad: int) -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "g", [x], [y])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+def _reverse_slice(name, source, out, starts=-1, ends=_INT64_MIN, axis=0):
+    consts = {
+        f"{name}_starts": [starts],
+        f"{name}_ends": [ends],
+        f"{name}_axes": [axis],
+        f"{name}_steps": [-1],
+    }
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()]
+    return helper.make_node("Slice", [source, *consts], [out], name=name), inits
+
+
+def bidirectional_by_hand(
+    op="RNN",
+    axis=0,
+    unsqueeze=True,
+    extra_y_reader=False,
+    sequence_lens=False,
+    T=7,
+    F=5,
+    H=6,
+):
+    """madmom's bidirectional layer: x [T, F] -> forward node, and x reversed (Slice on
+    `axis`) -> forward node -> Y reversed back; Concat of both. Returns (model, feeds)."""
+    rng = np.random.default_rng(0)
+    g = {"GRU": 3, "LSTM": 4, "RNN": 1}[op]
+    inits = [
+        numpy_helper.from_array(rng.uniform(-0.5, 0.5, s).astype(np.float32), n)
+        for n, s in (("W", (1, g * H, F)), ("R", (1, g * H, H)), ("B", (1, 2 * g * H)))
+    ]
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "ax1"))
+    inits.append(numpy_helper.from_array(np.array([1, 2], np.int64), "ax12"))
+    inits.append(numpy_helper.from_array(np.full(1, T, np.int32), "lens"))
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "ax1"], ["x3"]),
+        helper.make_node(op, ["x3", "W", "R", "B"], ["y_f", "h_f"], hidden_size=H, name="fwd"),
+        helper.make_node("Squeeze", ["y_f", "ax12"], ["y_f2"]),
+    ]
+    reverse_in, more = _reverse_slice("rev_in", "x", "x_rev", axis=axis)
+    nodes.append(reverse_in)
+    inits += more
+    if unsqueeze:
+        nodes.append(helper.make_node("Unsqueeze", ["x_rev", "ax1"], ["x_rev3"]))
+    x_in = "x_rev3" if unsqueeze else "x_rev"
+    inputs = [x_in, "W", "R", "B"] + (["lens"] if sequence_lens else [])
+    nodes.append(helper.make_node(op, inputs, ["y_b", "h_b"], hidden_size=H, name="bwd"))
+    nodes.append(helper.make_node("Squeeze", ["y_b", "ax12"], ["y_b2"]))
+    reverse_out, more = _reverse_slice("rev_out", "y_b2", "y_b_rev")
+    nodes.append(reverse_out)
+    inits += more
+    nodes.append(helper.make_node("Concat", ["y_f2", "y_b_rev"], ["y"], axis=1))
+    outputs = ["y", "h_b"] + (["y_b2"] if extra_y_reader else [])
+    x_shape = [T, F] if unsqueeze else [T, 1, F]
+    if not unsqueeze:  # the forward node reads x as [T, 1, F] too
+        nodes[0] = helper.make_node("Identity", ["x"], ["x3"])
+    graph = helper.make_graph(
+        nodes,
+        "brnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_empty_tensor_value_info(o) for o in outputs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"x": rng.standard_normal(x_shape).astype(np.float32)}
