@@ -1,13 +1,20 @@
-"""ONNX GRU/LSTM/RNN nodes that torch's own recurrent modules express, converted to them.
+"""ONNX GRU/LSTM/RNN nodes as torch modules, so they reach the Arm flow as recurrent layers.
 
 On the ONNX -> Ethos-U route (docs/onnx_to_ethos_u.md) a node rewritten into elementary ops
 reaches the Arm flow unrolled, as plain MatMuls: ExecuTorch then spends about 40 ms per node
-per timestep, and nothing downstream can tell the recurrent weights apart. A node that an
-nn.GRU/LSTM/RNN computes exactly (the form PyTorch exports: GRU with linear_before_reset=1,
-default activations, no clip, no peepholes, all sequences full length) becomes that module
-instead, so it is decomposed by the torch adapter like any torch model's layer: the loop
-form for long sequences, `--recurrent_weight_bits`, `--keep_recurrent_on_cpu`, h0/h_n
-sharing. `expressible` says which nodes qualify and why not; the rest are rewritten.
+per timestep, and nothing downstream can tell the recurrent weights apart. So every node
+with constant float32 weights becomes a module the torch adapter decomposes like a torch
+model's layer (loop form for long sequences, `--recurrent_weight_bits`,
+`--keep_recurrent_on_cpu`, h0/h_n sharing):
+
+- a node that nn.GRU/LSTM/RNN computes exactly (what PyTorch exports: GRU with
+  linear_before_reset=1, default activations, no clip, no peepholes, forward or
+  bidirectional, all sequences full length) becomes that module (`TorchRecurrent`);
+- any other (peepholes, linear_before_reset=0, clip, other activations, reverse,
+  sequence_lens) becomes `OnnxLayer`: executorch_arm.layer_op's op carrying the core's
+  complete description.
+
+`kept_as` says which, or why neither (the node is then rewritten).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import torch
 from onnx import defs
 from torch import nn
 
+from recurrent_lowering.backends.executorch_arm import layer_op
 from recurrent_lowering.backends.onnx.reader import RECURRENT_OPS, RecurrentNode
 from recurrent_lowering.passes import gate_order
 from recurrent_lowering.passes.spec import DEFAULT_ACTIVATIONS, RELU, CellKind, Direction
@@ -36,13 +44,31 @@ def key(outputs) -> str:
     return next(o for o in outputs if o)
 
 
+TORCH_MODULE, LAYER_OP = "torch module", "layer op"
+
+
+def kept_as(read: RecurrentNode) -> tuple[Optional[str], Optional[str]]:
+    """(TORCH_MODULE or LAYER_OP, None) for a node that travels as a torch op, or (None,
+    the reason it cannot)."""
+    if read.float_dtype != np.float32:
+        return None, f"{read.float_dtype} (recurrent layers run here in float32)"
+    if read.runtime_weights:
+        return None, "weights computed at run time"
+    return (TORCH_MODULE if expressible(read) is None else LAYER_OP), None
+
+
+def _full_length(read: RecurrentNode) -> bool:
+    lens = read.sequence_lens
+    return lens is None or (
+        isinstance(lens, np.ndarray)
+        and read.spec.seq_len is not None
+        and bool(np.all(lens == read.spec.seq_len))
+    )
+
+
 def expressible(read: RecurrentNode) -> Optional[str]:
     """None if an nn.GRU/LSTM/RNN computes the node exactly, else the reason it cannot."""
     spec = read.spec
-    if read.float_dtype != np.float32:
-        return f"{read.float_dtype} (torch's recurrent modules run here in float32)"
-    if read.runtime_weights:
-        return "weights computed at run time"
     if spec.direction is Direction.REVERSE:
         return "direction reverse"
     if spec.clip is not None:
@@ -60,31 +86,29 @@ def expressible(read: RecurrentNode) -> Optional[str]:
             return f"activations {[a.name for a in acts]}"
     if len({spec.activations_for(d) for d in range(spec.num_directions)}) > 1:
         return "a different activation per direction"
-    lens = read.sequence_lens
-    if lens is not None:
-        if not isinstance(lens, np.ndarray):
-            return "sequence_lens given at run time"
-        if spec.seq_len is None or np.any(lens != spec.seq_len):
-            return "sequence_lens shorter than the sequence"
+    if not _full_length(read):
+        return "sequence_lens"
     return None
 
 
 class Selection:
-    """A `keep` for rewrite_model: keeps the nodes a torch module expresses and collects
-    them (`kept`: key -> node as read, for onnx_to_torch), and why the others were not
-    (`rewritten`: node name -> reason)."""
+    """A `keep` for rewrite_model: keeps the nodes that travel as torch ops and collects
+    them (`kept`: key -> node as read, for onnx_to_torch; `kinds`: node name -> TORCH_MODULE
+    or LAYER_OP), and why the others were not (`rewritten`: node name -> reason)."""
 
     def __init__(self):
         self.kept: dict = {}
+        self.kinds: dict = {}
         self.rewritten: dict = {}
 
     def __call__(self, read: RecurrentNode) -> bool:
-        reason = expressible(read)
-        if reason is None:
-            self.kept[key(read.outputs)] = read
-        else:
+        kind, reason = kept_as(read)
+        if kind is None:
             self.rewritten[read.spec.name] = reason
-        return reason is None
+            return False
+        self.kept[key(read.outputs)] = read
+        self.kinds[read.spec.name] = kind
+        return True
 
 
 class TorchRecurrent(nn.Module):
@@ -149,14 +173,45 @@ class TorchRecurrent(nn.Module):
         return values if len(values) > 1 else values[0]
 
 
+class OnnxLayer(nn.Module):
+    """Any ONNX recurrent node as layer_op.Layer (the spec's IOLayout is ONNX's, so no
+    transposes). Takes the node's X, initial_h, initial_c and a run-time sequence_lens,
+    those it has, in that order; returns one value per ONNX output it lists (as
+    TorchRecurrent)."""
+
+    def __init__(self, read: RecurrentNode, listed_outputs: int):
+        super().__init__()
+        self.layer = layer_op.Layer(read.spec, read.weights)
+        self.outputs = tuple(bool(o) for o in read.outputs[:listed_outputs])
+        self.has_h0, self.has_c0 = read.initial_h is not None, read.initial_c is not None
+        lens = read.sequence_lens
+        self.runtime_lens = isinstance(lens, str)
+        constant = isinstance(lens, np.ndarray) and not _full_length(read)
+        self.register_buffer("lens", torch.from_numpy(lens.astype(np.int64)) if constant else None)
+
+    def forward(self, x, *rest):
+        rest = list(rest)
+        initial_h = rest.pop(0) if self.has_h0 else None
+        initial_c = rest.pop(0) if self.has_c0 else None
+        lens = rest.pop(0) if self.runtime_lens else self.lens
+        values = self.layer(x, initial_h, initial_c, lens)[: len(self.outputs)]
+        values = tuple(v if wanted else None for v, wanted in zip(values, self.outputs))
+        return values if len(values) > 1 else values[0]
+
+
 def _convert(node, graph):
     from onnx2torch.utils.common import OnnxMapping, OperationConverterResult
 
     read = (_NODES.get() or {}).get(key(node.output_values))
     if read is None:  # to_torch refuses other recurrent nodes before converting
         raise NotImplementedError(f"{node.operation_type} node {node.name!r} was not read")
-    module = TorchRecurrent(read, len(node.output_values))
+    listed = len(node.output_values)
     inputs = [i for i in (read.x, read.initial_h, read.initial_c) if i]
+    if expressible(read) is None:
+        module = TorchRecurrent(read, listed)
+    else:
+        module = OnnxLayer(read, listed)
+        inputs += [read.sequence_lens] if isinstance(read.sequence_lens, str) else []
     mapping = OnnxMapping(inputs=tuple(inputs), outputs=tuple(node.output_values))
     return OperationConverterResult(torch_module=module, onnx_mapping=mapping)
 

@@ -44,8 +44,8 @@ def _check_ethos_u(tmp_path, report, sqnr_floor):
 
 @pytest.mark.parametrize("op,opset,sqnr_floor", [("GRU", 22, 36.0), ("LSTM", 17, 34.0)])
 def test_onnx_recurrent_model_to_ethos_u55(tmp_path, op, opset, sqnr_floor):
-    """The GRU (linear_before_reset=0, which torch's GRU is not) is rewritten into plain
-    ops; the LSTM becomes torch's nn.LSTM and is decomposed like a torch model's."""
+    """The GRU (linear_before_reset=0, which torch's GRU is not) becomes the layer op, the
+    LSTM torch's nn.LSTM; both are decomposed like a torch model's layers."""
     model = models.recurrent_with_head(op, opset=opset)
     report = _lower(tmp_path, model, "ethos-u55-128")
     _check_ethos_u(tmp_path, report, sqnr_floor)
@@ -53,10 +53,15 @@ def test_onnx_recurrent_model_to_ethos_u55(tmp_path, op, opset, sqnr_floor):
     if op == "GRU":
         assert report["recurrent_nodes"] == {
             "as_torch_modules": [],
-            "unrolled": {"rec": "linear_before_reset=0 (torch's GRU is linear_before_reset=1)"},
+            "as_layer_ops": ["rec"],
+            "unrolled": {},
         }
     else:
-        assert report["recurrent_nodes"] == {"as_torch_modules": ["rec"], "unrolled": {}}
+        assert report["recurrent_nodes"] == {
+            "as_torch_modules": ["rec"],
+            "as_layer_ops": [],
+            "unrolled": {},
+        }
 
 
 def test_calibration_npz_by_input_name(tmp_path):
@@ -75,18 +80,26 @@ def test_onnx_gru_to_tosa_fp_matches_onnxruntime(tmp_path):
     assert report["vela"]["cycles"] is None
 
 
-def test_recurrent_weight_bits_refused_when_every_node_is_rewritten(tmp_path):
-    """A rewritten node reaches the Arm flow as plain MatMuls: its recurrent weights cannot
-    be told apart, so narrowing them is refused rather than silently not done."""
-    onnx.save(models.recurrent_with_head("GRU"), str(tmp_path / "model.onnx"))
-    result = run_lower(
-        ["model.onnx", "--target=ethos-u55-128", "--recurrent_weight_bits=4"], str(tmp_path)
+def test_a_node_torch_cannot_express_gets_the_loop_form_and_its_options(tmp_path):
+    """An ONNX GRU with linear_before_reset=0 (no nn.GRU computes it) travels as the layer
+    op: the loop form at 12 steps and 4-bit recurrent weights, as a torch model's layer."""
+    from recurrent_lowering.runtime import tosa_flatbuffer
+
+    model = models.recurrent_with_head("GRU", steps=12)
+    np.savez(tmp_path / "calib.npz", X=models.sample_input(model))
+    report = _lower(
+        tmp_path,
+        model,
+        "ethos-u55-128",
+        "--calibration=calib.npz",
+        "--recurrent_weight_bits=4",
+        "--tosa_output=m.tosa",
     )
-    assert result.returncode != 0
-    assert "lower: error: --recurrent_weight_bits: no recurrent node of this model" in (
-        result.stderr
-    )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    assert report["recurrent_nodes"]["as_layer_ops"] == ["rec"]
+    _check_ethos_u(tmp_path, report, 30.0)
+    assert report["ops"]["delegated"] < 100  # unrolled: 400 and more
+    types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "m.tosa", "CONV2D", 1)]
+    assert types.count("INT4") >= 11  # R at every step the loop copies
 
 
 def test_pytorch_style_gru_gets_the_torch_adapter(tmp_path):
@@ -105,7 +118,11 @@ def test_pytorch_style_gru_gets_the_torch_adapter(tmp_path):
         "--recurrent_weight_bits=4",
         "--tosa_output=m.tosa",
     )
-    assert report["recurrent_nodes"] == {"as_torch_modules": ["rec"], "unrolled": {}}
+    assert report["recurrent_nodes"] == {
+        "as_torch_modules": ["rec"],
+        "as_layer_ops": [],
+        "unrolled": {},
+    }
     _check_ethos_u(tmp_path, report, 30.0)
     assert report["ops"]["delegated"] < 100  # unrolled: 400 and more
     assert report["quantization"]["recurrent_weight_bits"] == 4
@@ -121,3 +138,19 @@ def test_onnx_lstm_kept_on_the_cpu(tmp_path):
     assert report["ops"]["cpu_reasons"].get(fallback.KEPT_ON_CPU, 0) > 0
     assert not any("--keep_recurrent_on_cpu" in w for w in report["warnings"])
     assert report["numerics"]["sqnr_db"] > 30
+
+
+def test_bidirectional_layer_written_by_hand_runs_whole_on_u55(tmp_path):
+    """madmom writes a bidirectional layer as a forward node between two time reversals:
+    folded into a reverse node, no reversal is left for U55 (whose TOSA profile has none),
+    so nothing but the boundary's q/dq stays on the CPU."""
+    from recurrent_lowering.tests.onnx.models import bidirectional_by_hand
+
+    model, feeds = bidirectional_by_hand("GRU", T=12, F=8, H=16)
+    np.savez(tmp_path / "calib.npz", **feeds)
+    report = _lower(tmp_path, model, "ethos-u55-128", "--calibration=calib.npz")
+    assert report["recurrent_nodes"]["reversals_folded"] == ["bwd"]
+    assert report["recurrent_nodes"]["as_layer_ops"] == ["fwd", "bwd"]  # linear_before_reset=0
+    assert set(report["ops"]["cpu_reasons"]) == {"q/dq at delegate boundary"}
+    assert report["vela"]["delegates"] == 1
+    assert 25.0 < report["numerics"]["sqnr_db"] < 80

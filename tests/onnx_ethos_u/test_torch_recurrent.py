@@ -1,5 +1,6 @@
 """ONNX recurrent nodes that torch's nn.GRU/LSTM/RNN compute exactly become those modules
-in the converted program (and match onnxruntime); the others say why they are rewritten."""
+in the converted program, the others the layer op carrying the core's description (both
+match onnxruntime); nodes neither carries say why they are rewritten."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from recurrent_lowering.backends.onnx import rewrite
 from recurrent_lowering.backends.onnx.input_sizes import input_specs
 from recurrent_lowering.backends.onnx_to_torch import convert as to_torch
 from recurrent_lowering.backends.onnx_to_torch import recurrent_modules as torch_recurrent
+from recurrent_lowering.passes.spec import SpecError
 from recurrent_lowering.tests.onnx import models
 
 C = models.Config
@@ -28,15 +30,21 @@ EXPRESSIBLE = [
     C(op="RNN", activations=["Relu"]),
     C(op="RNN", direction="bidirectional", bias=False),
 ]
-NOT_EXPRESSIBLE = [
-    (C(op="GRU"), "linear_before_reset=0 (torch's GRU is linear_before_reset=1)"),
-    (C(op="LSTM", peepholes=True), "peepholes"),
-    (C(op="RNN", direction="reverse"), "direction reverse"),
-    (C(op="GRU", linear_before_reset=1, clip=0.5), "clip"),
-    (C(op="LSTM", input_forget=1), "input_forget"),
-    (C(op="RNN", activations=["Sigmoid"]), "activations ['Sigmoid']"),
-    (C(op="GRU", linear_before_reset=1, sequence_lens="input"), "sequence_lens given at run time"),
-    (C(op="GRU", linear_before_reset=1, dtype=np.float64), "float64 (torch's recurrent"),
+LAYER_OPS = [
+    C(op="GRU"),  # linear_before_reset=0
+    C(op="GRU", direction="bidirectional", initial_h=True, layout=1),
+    C(op="LSTM", peepholes=True, initial_h=True, initial_c=True),
+    C(op="LSTM", peepholes=True, direction="bidirectional", outputs=(True, True, True)),
+    C(op="RNN", direction="reverse"),
+    C(op="GRU", linear_before_reset=1, clip=0.5),
+    C(op="LSTM", input_forget=1),
+    C(op="RNN", activations=["Sigmoid"]),
+    C(op="GRU", activations=["HardSigmoid", "Tanh"], activation_alpha=[0.3], activation_beta=[0.4]),
+    C(op="GRU", linear_before_reset=1, sequence_lens="input"),
+    C(op="LSTM", sequence_lens="input", direction="bidirectional"),
+]
+NOT_CARRIED = [
+    (C(op="GRU", linear_before_reset=1, dtype=np.float64), "float64 (recurrent layers run"),
 ]
 
 
@@ -74,12 +82,31 @@ def test_expressible_node_becomes_torch_module_and_matches_onnxruntime(cfg):
         np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("cfg,reason", NOT_EXPRESSIBLE, ids=[r for _, r in NOT_EXPRESSIBLE])
-def test_other_nodes_are_rewritten_with_the_reason(cfg, reason):
+@pytest.mark.parametrize("cfg", LAYER_OPS, ids=str)
+def test_other_nodes_become_the_layer_op_and_match_onnxruntime(cfg):
+    model, feeds = _build(cfg)
+    gm, reasons = _convert(model)
+    assert reasons == {}
+    assert not [m for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
+    assert len([m for m in gm.modules() if isinstance(m, torch_recurrent.OnnxLayer)]) == 1
+    native = models.to_layout0(model) if cfg.layout else model
+    want = ort.InferenceSession(native.SerializeToString()).run(None, feeds)
+    names = [name for name, _, _ in input_specs(model)]
+    with torch.no_grad():
+        got = gm(*[torch.from_numpy(feeds[n]) for n in names])
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg,reason", NOT_CARRIED, ids=[r for _, r in NOT_CARRIED])
+def test_nodes_no_torch_op_carries_are_rewritten_with_the_reason(cfg, reason):
     model, _ = _build(cfg)
     gm, reasons = _convert(model)
     assert len(reasons) == 1 and next(iter(reasons.values())).startswith(reason)
     assert not [m for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
+    assert not [m for m in gm.modules() if isinstance(m, torch_recurrent.OnnxLayer)]
 
 
 def test_graph_output_read_by_a_later_node():
@@ -129,6 +156,50 @@ def test_plain_torch_onnx_export(module, tmp_path):
     want = ort.InferenceSession(str(path)).run(None, {model.graph.input[0].name: x.numpy()})
     with torch.no_grad():
         got = gm(x)
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        C(op="LSTM", peepholes=True, direction="bidirectional", initial_h=True, clip=2.0),
+        C(op="GRU", layout=1, initial_h=True),  # linear_before_reset=0
+        C(op="RNN", direction="reverse", activations=["HardSigmoid"], activation_alpha=[0.3]),
+        C(op="GRU", sequence_lens="constant_short"),
+    ],
+    ids=str,
+)
+def test_layer_op_decomposes_to_what_onnxruntime_computes(cfg, strategy):
+    """The exported layer op, decomposed by the Arm adapter in either form (the loop form
+    run through its step programs), against onnxruntime on the ONNX node."""
+    from recurrent_lowering.backends.executorch_arm import decompose
+    from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
+
+    feeds = None
+    if cfg.sequence_lens == "constant_short":
+        lens = np.arange(cfg.batch, dtype=np.int32) % cfg.steps + 1
+        cfg = dataclasses.replace(cfg, sequence_lens="constant")
+        feeds = {**models.runtime_inputs(cfg), "sequence_lens": lens}
+    model, feeds = models.build(cfg, feeds=feeds) if feeds else models.build(cfg)
+    gm, reasons = _convert(model)
+    assert reasons == {}
+    native = models.to_layout0(model) if cfg.layout else model
+    want = ort.InferenceSession(native.SerializeToString()).run(None, feeds)
+    names = [name for name, _, _ in input_specs(model)]
+    example = tuple(torch.from_numpy(feeds[n]) for n in names)
+    exported = torch.export.export(gm, example)
+    if strategy == "loop" and cfg.sequence_lens:  # "auto" unrolls it
+        with pytest.raises(SpecError, match="sequence_lens"):
+            decompose.decompose_recurrent(exported, strategy)
+        strategy = "auto"
+    program = decompose.decompose_recurrent(exported, strategy)
+    targets = {n.target for n in program.graph.nodes if n.op == "call_function"}
+    assert not targets & decompose.TARGET_OPS
+    assert (loop_op.OP in targets) == (strategy == "loop")  # 2 to 4 steps: "auto" unrolls
+    got = loop_op.run_graph(decompose.as_module(program), *example, record=False)
     got = list(got) if isinstance(got, (list, tuple)) else [got]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)

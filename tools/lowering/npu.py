@@ -195,11 +195,11 @@ def _lower(source, options, staging, output, report, progress) -> None:
 
         arrays = calibration.load_checked(options.calibration, input_specs(source.program))
         onnx = onnx_route.prepare(source, options, arrays, report, progress)
-        if options.recurrent_weight_bits != 8 and not onnx.as_torch_modules:
+        if options.recurrent_weight_bits != 8 and not onnx.carried:
             raise LoweringError(  # rewritten nodes reach the Arm flow as plain MatMuls
-                "--recurrent_weight_bits: no recurrent node of this model is one torch's "
-                "nn.GRU/LSTM/RNN computes (report: recurrent_nodes.unrolled); rewritten into "
-                "plain ops, its recurrent weights are not told apart"
+                "--recurrent_weight_bits: every recurrent node of this model is rewritten "
+                "into plain ops (report: recurrent_nodes.unrolled), whose recurrent weights "
+                "are not told apart"
             )
         module, example = onnx.module, onnx.example
         samples = [example]

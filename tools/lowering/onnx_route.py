@@ -1,8 +1,9 @@
 """An .onnx model on its way to a TOSA or Ethos-U target (docs/onnx_to_ethos_u.md).
 
-Static input shapes -> recurrent nodes that torch's nn.GRU/LSTM/RNN express become those
-(backends.onnx_to_torch.recurrent_modules: then decomposed like a torch model's layers, loop form
-included), the others `rewrite_model(strategy="unrolled")` -> onnx2torch
+Static input shapes -> recurrent nodes become nn.GRU/LSTM/RNN or the layer op carrying the
+core's description (backends.onnx_to_torch.recurrent_modules: then decomposed like a torch
+model's layers, loop form included), the few no torch op carries (float64, run-time
+weights) `rewrite_model(strategy="unrolled")` -> onnx2torch
 (backends.onnx_to_torch.convert) -> a torch module for the Arm flow. The fp32 reference is
 onnxruntime on the input model, which shares no code with the route; the converted torch
 module is checked against it too.
@@ -22,7 +23,7 @@ from .errors import LoweringError, first_line
 @dataclasses.dataclass
 class Prepared:
     module: Any  # torch.fx.GraphModule of the rewritten model
-    as_torch_modules: list  # names of the recurrent nodes that became nn.GRU/LSTM/RNN
+    carried: list  # names of the recurrent nodes that reach the Arm flow as recurrent layers
     example: tuple  # torch tensors, in graph input order
     reference: list | None  # onnxruntime on the input model, or None if it refused it
     reference_name: str
@@ -71,13 +72,13 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     inputs, or None (inputs generated for it)."""
     import torch
 
-    from recurrent_lowering.backends.onnx import rewrite
+    from recurrent_lowering.backends.onnx import reversal, rewrite
     from recurrent_lowering.backends.onnx.input_sizes import input_specs
     from recurrent_lowering.backends.onnx_to_torch import convert, recurrent_modules
     from recurrent_lowering.tools.lowering import numerics
 
     specs = input_specs(source.program)
-    selection = recurrent_modules.Selection()  # what nn.GRU/LSTM/RNN compute stays a node
+    selection = recurrent_modules.Selection()  # nodes that travel as torch ops stay nodes
 
     feeds = _feeds(source, specs, calibration_arrays, report, progress)
     report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
@@ -85,9 +86,10 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
         model = convert.with_static_inputs(
             source.program, {name: a.shape for name, a in feeds.items()}
         )
-        with progress.stage("rewrite recurrent nodes (unrolled)"):
+        with progress.stage("read recurrent nodes"):
+            folded, reversed_nodes = reversal.fold_reversals(model)  # no REVERSE on U55
             rewritten = rewrite.rewrite_model(  # NPU weights are compiled in: constants only
-                model,
+                folded,
                 strategy="unrolled",
                 activation_defaults=options.activation_defaults,
                 require_constant_weights=True,
@@ -99,12 +101,18 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
         raise LoweringError(f"{source.path}: {e}") from e
     names = [read.spec.name for read in selection.kept.values()]
     unrolled = selection.rewritten
-    report["recurrent_nodes"] = {"as_torch_modules": names, "unrolled": unrolled}
+    kinds = selection.kinds
+    report["recurrent_nodes"] = {
+        "as_torch_modules": [n for n in names if kinds[n] == recurrent_modules.TORCH_MODULE],
+        "as_layer_ops": [n for n in names if kinds[n] == recurrent_modules.LAYER_OP],
+        "unrolled": unrolled,
+        "reversals_folded": reversed_nodes,
+    }
     report["ops"]["recurrent_layers"] = [*names, *unrolled]
     if unrolled and options.strategy == "loop":
         report["warnings"].append(
-            f"--emission loop: {', '.join(unrolled)} rewritten unrolled (no torch module "
-            "computes them exactly; see recurrent_nodes.unrolled)"
+            f"--emission loop: {', '.join(unrolled)} rewritten unrolled (see "
+            "recurrent_nodes.unrolled)"
         )
     example = tuple(torch.from_numpy(a) for a in feeds.values())
     with progress.stage("fp32 reference (onnxruntime)"):
