@@ -7,10 +7,11 @@ torch.fx.GraphModule, and ExecuTorch's Arm flow takes it from there.
 onnx2torch is used as installed (1.5.15, without torchvision) and is not patched. What
 is added here, each because the raw conversion cannot be exported or lowers badly:
 
-- Its Slice, Split(13), Squeeze/Unsqueeze(13) and Reshape modules take their indices as
-  tensors and read them with `.numpy()`/`.tolist()` in `forward`, which torch.export
-  cannot trace. When those tensors are constants (initializers or Constant nodes, as in
-  every graph our rewrite emits) the modules are replaced by ones holding Python ints.
+- Its Slice, Split(13), Squeeze/Unsqueeze(13), Reshape, Pad, Gather and Pow modules take
+  their indices (or exponent) as tensors and read them with `.numpy()`/`.tolist()` (or
+  index with them) in `forward`, which torch.export cannot trace. When those tensors are
+  constants (initializers or Constant nodes, as in every graph our rewrite emits) the
+  modules are replaced by ones holding Python ints; Pow(x, 2) becomes x * x.
   Values computed only from constants and static input shapes (the Shape -> Gather ->
   Concat -> Expand chains exporters write for zero initial states) are folded first.
 - Identity becomes `clone()`, a copy the Arm backend would carry; such nodes are dropped.
@@ -199,6 +200,64 @@ class StaticExpand(nn.Module):
         return x.expand(torch.broadcast_shapes(tuple(x.shape), tuple(self.shape)))
 
 
+class StaticPad(nn.Module):
+    """Pad with constant pads. torch pads reflect/edge only over the last 1-3 dims of a
+    tensor with one or two leading dims more (silero-vad's STFT reflects a 2-D [1, N]):
+    the dims before the first padded one are flattened into that batch and restored."""
+
+    def __init__(self, pads: list, mode: str, value: float):
+        super().__init__()
+        rank = len(pads) // 2
+        padded = [a for a in range(rank) if pads[a] or pads[rank + a]] or [rank - 1]
+        self.first = padded[0] if mode != "constant" else 0
+        trailing = range(rank - 1, self.first - 1, -1)  # torch lists the last dim first
+        self.pads = [p for a in trailing for p in (pads[a], pads[rank + a])]
+        self.mode, self.value = mode, value
+
+    def forward(self, x):
+        if self.mode == "constant":
+            return nn.functional.pad(x, self.pads, value=self.value)
+        lead = x.shape[: self.first]
+        y = x.reshape(1, -1, *x.shape[self.first :])
+        y = nn.functional.pad(y, self.pads, mode=self.mode)
+        return y.reshape(*lead, *y.shape[2:])
+
+
+class StaticGather(nn.Module):
+    """Gather with constant indices: a select or a narrow (what silero-vad's state reads
+    are) where the indices allow, index_select otherwise; onnx2torch indexes with the
+    tensor, which torch.export turns into a data-dependent `.item()`."""
+
+    def __init__(self, indices: np.ndarray, axis: int):
+        super().__init__()
+        self.axis, self.shape = axis, list(indices.shape)
+        self.flat = [int(i) for i in indices.reshape(-1)]
+
+    def forward(self, x):
+        axis = self.axis % x.dim()
+        flat = [i % x.shape[axis] for i in self.flat]
+        if not self.shape:
+            return x.select(axis, flat[0])
+        if len(self.shape) == 1 and flat == list(range(flat[0], flat[0] + len(flat))):
+            return x.narrow(axis, flat[0], len(flat))
+        index = torch.tensor(flat, dtype=torch.int64, device=x.device)
+        y = x.index_select(axis, index)
+        return y.reshape(*x.shape[:axis], *self.shape, *x.shape[axis + 1 :])
+
+
+class Square(nn.Module):
+    """Pow(x, 2) as x * x: U55 has no pow (an STFT's power spectrum would leave the NPU)."""
+
+    def forward(self, x):
+        return x * x
+
+
+def _static_pad(module, pads, value=None):
+    value = 0.0 if value is None else float(value.reshape(-1)[0])
+    static = StaticPad(_ints(pads), module.mode, value)
+    return None if static.mode != "constant" and len(static.pads) > 6 else static  # 3 dims
+
+
 def _ints(value) -> list:
     return [int(v) for v in value.reshape(-1).tolist()]
 
@@ -223,6 +282,11 @@ _STATIC = {
     "OnnxUnsqueezeDynamicAxes": lambda module, axes: StaticUnsqueeze(_ints(axes)),
     "OnnxReshape": lambda module, shape: StaticReshape(_ints(shape)),
     "OnnxExpand": lambda module, shape: StaticExpand(_ints(shape)),
+    "OnnxPadDynamic": _static_pad,
+    "OnnxGather": lambda module, indices: StaticGather(indices.numpy(), module._axis),
+    "OnnxPow": lambda module, exponent: (
+        Square() if exponent.numel() == 1 and exponent == 2 else None
+    ),
 }
 
 
