@@ -55,12 +55,14 @@ def test_onnx_recurrent_model_to_ethos_u55(tmp_path, op, opset, sqnr_floor):
             "as_torch_modules": [],
             "as_layer_ops": ["rec"],
             "unrolled": {},
+            "reversals_folded": [],
         }
     else:
         assert report["recurrent_nodes"] == {
             "as_torch_modules": ["rec"],
             "as_layer_ops": [],
             "unrolled": {},
+            "reversals_folded": [],
         }
 
 
@@ -122,6 +124,7 @@ def test_pytorch_style_gru_gets_the_torch_adapter(tmp_path):
         "as_torch_modules": ["rec"],
         "as_layer_ops": [],
         "unrolled": {},
+        "reversals_folded": [],
     }
     _check_ethos_u(tmp_path, report, 30.0)
     assert report["ops"]["delegated"] < 100  # unrolled: 400 and more
@@ -154,3 +157,36 @@ def test_bidirectional_layer_written_by_hand_runs_whole_on_u55(tmp_path):
     assert set(report["ops"]["cpu_reasons"]) == {"q/dq at delegate boundary"}
     assert report["vela"]["delegates"] == 1
     assert 25.0 < report["numerics"]["sqnr_db"] < 80
+
+
+def test_silero_vad_reaches_u55_whole(tmp_path):
+    """silero-vad's LSTM sits in an If on the sample rate behind shape arithmetic and an
+    STFT (reflect Pad on a 2-D input, power spectrum): specialised to the calibration's
+    sizes and sample rate, everything but the boundary q/dq runs on the NPU."""
+    import importlib.resources
+    import shutil
+
+    path = importlib.resources.files("silero_vad") / "data" / "silero_vad.onnx"
+    with importlib.resources.as_file(path) as p:
+        shutil.copy(p, tmp_path / "model.onnx")
+    rng = np.random.default_rng(0)
+    np.savez(
+        tmp_path / "c.npz",
+        input=(0.3 * rng.standard_normal((1, 512))).astype(np.float32),
+        state=np.zeros((2, 1, 128), np.float32),
+        sr=np.array(16000, np.int64),
+    )
+    result = run_lower(
+        ["model.onnx", "--target=ethos-u55-128", "--calibration=c.npz", "--report=r.json"],
+        str(tmp_path),
+        900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["ops"]["cpu_reasons"] == {"q/dq at delegate boundary": 4}
+    assert report["recurrent_nodes"]["as_torch_modules"] == [
+        "If_0_then_branch__Inline_0__/decoder/rnn/LSTM"
+    ]
+    assert any("sr = 16000" in w for w in report["warnings"])
+    assert report["numerics"]["conversion_max_abs_err"] <= 1e-4  # torch module vs onnxruntime
+    assert report["vela"]["cycles"] > 0

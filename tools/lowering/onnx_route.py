@@ -67,6 +67,24 @@ def _feeds(source, specs, calibration_arrays, report, progress) -> dict:
     return generated.feeds
 
 
+def _scalar_integers(feeds: dict, report: dict) -> dict:
+    """The single-element integer inputs (a sample rate, a mode switch): an NPU program
+    is static, so they become constants at their --calibration (or generated) values,
+    and the If nodes and shapes they decide fold away."""
+    constants = {
+        name: a
+        for name, a in feeds.items()
+        if a.size == 1 and (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_)
+    }
+    if constants:
+        fixed = ", ".join(f"{name} = {a.reshape(-1)[0]}" for name, a in constants.items())
+        report["warnings"].append(
+            f"integer inputs fixed to their values in the numerics inputs ({fixed}): the "
+            "NPU program takes the float inputs only"
+        )
+    return constants
+
+
 def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     """`calibration_arrays`: numpy arrays in graph input order, checked against the model's
     inputs, or None (inputs generated for it)."""
@@ -74,6 +92,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
 
     from recurrent_lowering.backends.onnx import reversal, rewrite
     from recurrent_lowering.backends.onnx.input_sizes import input_specs
+    from recurrent_lowering.backends.onnx.specialize import specialize
     from recurrent_lowering.backends.onnx_to_torch import convert, recurrent_modules
     from recurrent_lowering.tools.lowering import numerics
 
@@ -82,10 +101,14 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
 
     feeds = _feeds(source, specs, calibration_arrays, report, progress)
     report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
+    constants = _scalar_integers(feeds, report)
     try:
-        model = convert.with_static_inputs(
-            source.program, {name: a.shape for name, a in feeds.items()}
-        )
+        with progress.stage("specialise to the input shapes"):
+            model = specialize(
+                source.program,
+                {name: a.shape for name, a in feeds.items() if name not in constants},
+                constants,
+            )
         with progress.stage("read recurrent nodes"):
             folded, reversed_nodes = reversal.fold_reversals(model)  # no REVERSE on U55
             rewritten = rewrite.rewrite_model(  # NPU weights are compiled in: constants only
@@ -114,9 +137,9 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             f"--emission loop: {', '.join(unrolled)} rewritten unrolled (see "
             "recurrent_nodes.unrolled)"
         )
-    example = tuple(torch.from_numpy(a) for a in feeds.values())
+    example = tuple(torch.from_numpy(feeds[value.name]) for value in model.graph.input)
     with progress.stage("fp32 reference (onnxruntime)"):
-        reference, reference_name = _onnxruntime(model, feeds)
+        reference, reference_name = _onnxruntime(source.program, feeds)
     if reference is not None:
         with torch.no_grad():
             converted = numerics.compare(reference, module(*example))
