@@ -16,8 +16,13 @@ _NAMED = re.compile(r"\b((?:docs|benchmarks|examples|tools)/[\w./-]+\.(?:md|py|j
 
 
 def _ours(*patterns: str) -> list[str]:
-    """Tracked files, without the consumer example (a separate workspace, quoted as is)."""
-    return [p for p in source_tree.tracked(*patterns) if not p.startswith("tests/consumer/")]
+    """Tracked files, without the consumer example and its checks (a separate workspace,
+    whose paths are its own)."""
+    return [
+        p
+        for p in source_tree.tracked(*patterns)
+        if not p.startswith(("tests/consumer/", "tests/consumer_check/"))
+    ]
 
 
 def test_nothing_outside_the_repository_is_cited():

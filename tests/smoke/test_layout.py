@@ -15,6 +15,7 @@ CLI = {
     "tools/check_report.py",
     "tools/defs.bzl",
     "tools/lower.py",
+    "tools/npu_action.py",
 }
 
 
@@ -37,10 +38,14 @@ def _runnable(path: str) -> bool:
 
 
 def _binaries(build: str) -> set[str]:
-    """The srcs of every py_binary in a BUILD file."""
+    """The srcs of every py_binary in a BUILD file, and the scripts it exports to the rules
+    that run them as actions (tools/npu_action.py)."""
     text = (source_tree.root() / build).read_text()
     blocks = re.findall(r"py_binary\((.*?)\n\)", text, re.S)
-    return {src for block in blocks for src in re.findall(r'srcs = \["([^"]+)"\]', block)}
+    exported = re.findall(r"exports_files\(\[(.*?)\]\)", text, re.S)
+    return {src for block in blocks for src in re.findall(r'srcs = \["([^"]+)"\]', block)} | {
+        src for block in exported for src in re.findall(r'"([^"]+\.py)"', block)
+    }
 
 
 @pytest.mark.parametrize("package", ["benchmarks", "tools", "examples"])
