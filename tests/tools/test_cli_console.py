@@ -57,15 +57,15 @@ def test_log_flag_and_report_name_the_log(tmp_path):
     assert (tmp_path / "logs" / "lower.log").is_file()
 
 
-def _lower_with_failing_load(tmp_path, *flags):
-    """The CLI with model loading replaced by a function that raises KeyError: an internal
-    error the CLI does not expect."""
+def _lower_with_failing_load(tmp_path, *flags, said="a library says goodbye"):
+    """The CLI with model loading replaced by a function that prints `said` to stderr and
+    raises KeyError: an internal error the CLI does not expect."""
     code = (
         "import sys\n"
         "from recurrent_lowering.tools import lower\n"
         "from recurrent_lowering.tools.lowering import model_source\n"
         "def load(arg):\n"
-        "    print('a library says goodbye', file=sys.stderr)\n"
+        f"    print({said!r}, file=sys.stderr)\n"
         "    raise KeyError('boom')\n"
         "model_source.load = load\n"
         "sys.argv = ['lower', 'tiny_gru', '--target', 'onnx', *sys.argv[1:]]\n"
@@ -98,6 +98,17 @@ def test_internal_error_is_one_line_with_the_log_tail(tmp_path):
     assert "Traceback" in log and "KeyError: 'boom'" in log
     os.unlink(match.group(1))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_traceback_a_library_logged_stays_in_the_log(tmp_path):
+    said = 'Traceback (most recent call last):\n  File "lib.py", line 3, in f\nValueError: no'
+    result = _lower_with_failing_load(tmp_path, said=said)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("lower: internal error: KeyError: 'boom'")
+    log = re.search(r"log: (\S+)\)", line).group(1)
+    assert 'File "lib.py", line 3' in open(log).read()
+    os.unlink(log)
 
 
 def test_internal_error_with_verbose_shows_the_traceback(tmp_path):

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import dataclasses
 import os
+import re
 import sys
 from typing import IO, Iterator
 
@@ -80,10 +81,15 @@ def stdout_to_stderr() -> Iterator[None]:
 
 
 def tail(path: os.PathLike | str, lines: int, limit: int | None = None) -> list[str]:
-    """The last `lines` non-empty lines of a text file's first `limit` bytes (no file: none)."""
+    """The last `lines` non-empty lines of a text file's first `limit` bytes (no file: none),
+    or none if they hold a traceback a library logged: that stays in the file."""
     try:
         with open(path, "rb") as f:
             text = f.read(limit if limit is not None else -1).decode(errors="replace")
     except OSError:
         return []
-    return [line for line in text.splitlines() if line.strip()][-lines:]
+    last = [line for line in text.splitlines() if line.strip()][-lines:]
+    return [] if any(_TRACEBACK.search(line) for line in last) else last
+
+
+_TRACEBACK = re.compile(r'Traceback \(most recent call last\)|File ".*", line \d+')
