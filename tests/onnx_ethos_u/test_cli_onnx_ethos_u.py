@@ -190,3 +190,6 @@ def test_silero_vad_reaches_u55_whole(tmp_path):
     assert any("sr = 16000" in w for w in report["warnings"])
     assert report["numerics"]["conversion_max_abs_err"] <= 1e-4  # torch module vs onnxruntime
     assert report["vela"]["cycles"] > 0
+    per_output = report["numerics"]["sqnr_db_per_output"]  # speech probability, state
+    assert len(per_output) == 2 and min(per_output) <= report["numerics"]["sqnr_db"]
+    assert "(per output: " in result.stdout

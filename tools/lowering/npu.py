@@ -10,6 +10,7 @@ import numpy as np
 
 from . import calibration, console
 from .errors import LoweringError
+from .numerics import sqnr_per_output
 from .plot import plot_error_per_timestep
 
 
@@ -287,6 +288,8 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 vs_torch_module={"max_abs_err": numerics.max_abs_err, "sqnr_db": numerics.sqnr_db},
                 **vs_ort,
             )
+        if len(reference) > 1:
+            report["numerics"]["sqnr_db_per_output"] = sqnr_per_output(reference, tosa)
         png = plot_error_per_timestep(reference, tosa, report["model"])
         if png is not None:
             plot_path = output.with_suffix(".error.png")

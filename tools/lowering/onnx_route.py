@@ -55,8 +55,8 @@ def _feeds(source, specs, calibration_arrays, report, progress) -> dict:
         generated = onnx_inputs.generate(source.program, progress)
     if generated.refused:  # an NPU program is built for these sizes: they must be right
         raise LoweringError(
-            f"{source.path}: onnxruntime refuses the model on the inputs generated for its "
-            f"dynamic dimensions ({generated.describe()}: {generated.refused}); pass "
+            f"{source.path}: onnxruntime refuses the model on the inputs generated for it "
+            f"({generated.describe()}: {generated.refused}); pass "
             "--calibration with inputs the model takes"
         )
     report["numerics"]["inputs"] = "generated"

@@ -55,6 +55,13 @@ def _fmt(value: Any, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _per_output(num: dict) -> str:
+    figures = num.get("sqnr_db_per_output")
+    if not figures:
+        return ""
+    return " (per output: " + ", ".join(_fmt(f) for f in figures) + " dB)"
+
+
 def summary(report: dict[str, Any]) -> str:
     """A Markdown summary that reads well in a terminal too."""
     vela, ops, num = report["vela"], report["ops"], report["numerics"]
@@ -95,7 +102,7 @@ def summary(report: dict[str, Any]) -> str:
         lines += [
             f"| max abs error vs fp32 ({num['reference']}; inputs: {num['inputs']}) | "
             f"{_fmt(num['max_abs_err'])} |",
-            f"| SQNR vs fp32 | {_fmt(num['sqnr_db'], ' dB')} |",
+            f"| SQNR vs fp32 | {_fmt(num['sqnr_db'], ' dB')}{_per_output(num)} |",
         ]
     lines.append(f"| total time | {_fmt(report['time']['total_s'], ' s')} |")
     for reason, count in sorted(ops["cpu_reasons"].items()):
