@@ -24,6 +24,8 @@ the bit widths).
 
 from __future__ import annotations
 
+import collections
+
 from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 from executorch.backends.arm.quantizer import EthosUQuantizer, TOSAQuantizer
 from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
@@ -94,6 +96,7 @@ class _PartitionerHook:
         self.keep_recurrent_on_cpu = plan.keep_recurrent_on_cpu
         self.cpu_reasons = None  # collections.Counter after partition()
         self.boundaries = None  # tag -> fallback.Boundary after partition()
+        self.recurrent_on_cpu = collections.Counter()  # layer -> ops not delegated
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram):
         plan = self.plan
@@ -117,6 +120,8 @@ class _PartitionerHook:
             graph, self.keep_recurrent_on_cpu, str(self.tosa_spec)
         )
         self.boundaries = fallback.delegate_boundaries(graph)
+        if not self.keep_recurrent_on_cpu:
+            self.recurrent_on_cpu = fallback.recurrent_on_cpu(graph)
         _check_loops_delegated(graph)
         return result
 

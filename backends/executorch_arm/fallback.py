@@ -9,6 +9,7 @@ module it came from.
   KeepRecurrentOnCpu       an operator-support check for the partitioner's `additional_checks`:
                            rejects nodes of recurrent layers;
   cpu_reasons              why each node left outside a delegate is there, counted per reason;
+  recurrent_on_cpu         per recurrent layer, how many of its ops ended outside a delegate;
   delegate_boundaries      per delegate, the quantization of the values entering and leaving it
                            (the q/dq nodes left on the CPU), so a mixed program's delegate can be
                            run alone on the TOSA reference model with float inputs.
@@ -97,6 +98,22 @@ def cpu_reasons(
             reason = f"{_op_name(node)} not supported on {target}"
         reasons[reason] += 1
     return reasons
+
+
+def recurrent_on_cpu(graph: torch.fx.Graph) -> collections.Counter:
+    """Recurrent layer -> count of its ops (q/dq and getitem aside) that carry no
+    `delegation_tag`: a layer the NPU cannot run whole, which the user did not ask to keep
+    on the CPU, is worth a warning (its steps then cross the delegate boundary)."""
+    layers: collections.Counter = collections.Counter()
+    for node in graph.nodes:
+        if node.op != "call_function" or "delegation_tag" in node.meta:
+            continue
+        if _op_name(node) == "getitem" or _is_qdq(node):
+            continue
+        layer = recurrent_layer_of(node)
+        if layer is not None:
+            layers[layer] += 1
+    return layers
 
 
 @dataclasses.dataclass(frozen=True)

@@ -158,3 +158,24 @@ def test_ops_the_npu_cannot_run_stay_on_cpu(tmp_path):
     # measured 21.9 dB: int8, and gt at 0.1 flips where y rounds across it; delegates run
     # in the wrong order or on the wrong dtype give noise (below 0 dB) or an error
     assert numerics.sqnr_db > 15
+
+
+def test_recurrent_ops_outside_a_delegate_are_counted_per_layer():
+    """What `lower` warns about: ops of a recurrent layer the partitioner left on the CPU
+    (q/dq at its edges aside), not the model's other CPU ops nor its delegated ones."""
+
+    def quantize_per_tensor(x):  # stands in for the q/dq ops, recognised by name
+        return x
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    gru = {"rnn": ("rnn", nn.GRU)}
+    on_cpu = graph.call_function(torch.ops.aten.sigmoid.default, (x,))
+    on_cpu.meta["nn_module_stack"] = gru
+    delegated = graph.call_function(torch.ops.aten.tanh.default, (on_cpu,))
+    delegated.meta.update(nn_module_stack=gru, delegation_tag="tag0")
+    qdq = graph.call_function(quantize_per_tensor, (delegated,))
+    qdq.meta["nn_module_stack"] = gru
+    head = graph.call_function(torch.ops.aten.relu.default, (qdq,))
+    graph.output(head)
+    assert fallback.recurrent_on_cpu(graph) == {"rnn": 1}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import shutil
 import tempfile
 from typing import Any
@@ -173,6 +174,15 @@ def _report_cpu_reasons(options, partitioners, result, report: dict[str, Any]) -
     unexplained = result.cpu_nodes - sum(reasons.values())
     if unexplained:
         reasons["left on the CPU after partitioning (unclassified)"] = unexplained
+    layers = collections.Counter()
+    for partitioner in partitioners:
+        layers.update(getattr(partitioner, "recurrent_on_cpu", None) or {})
+    if layers:
+        named = ", ".join(f"{layer} ({count} ops)" for layer, count in sorted(layers.items()))
+        report["warnings"].append(
+            f"recurrent layers not wholly on the NPU: {named}; their steps cross the delegate "
+            "boundary (see the CPU reasons)"
+        )
     if options.keep_recurrent_on_cpu and not reasons.get(fallback.KEPT_ON_CPU):
         report["warnings"].append(
             "--keep_recurrent_on_cpu: no node of an nn.GRU/LSTM/RNN module found in the program "
