@@ -7,8 +7,8 @@ torch.fx.GraphModule, and ExecuTorch's Arm flow takes it from there.
 onnx2torch is used as installed (1.5.15, without torchvision) and is not patched. What
 is added here, each because the raw conversion cannot be exported or lowers badly:
 
-- Its Slice, Split(13), Squeeze/Unsqueeze(13), Reshape, Pad, Gather and Pow modules take
-  their indices (or exponent) as tensors and read them with `.numpy()`/`.tolist()` (or
+- Its Slice, Split(13), Squeeze/Unsqueeze(13), Reshape, Pad, Gather, ScatterND and Pow
+  modules take their indices (or exponent) as tensors and read them with `.numpy()`/`.tolist()` (or
   index with them) in `forward`, which torch.export cannot trace. When those tensors are
   constants (initializers or Constant nodes, as in every graph our rewrite emits) the
   modules are replaced by ones holding Python ints; Pow(x, 2) becomes x * x.
@@ -19,7 +19,8 @@ is added here, each because the raw conversion cannot be exported or lowers badl
   quantizer quantizes per output channel.
 - The registry stops at opset 17 for several ops. Versions that only added element types
   (listed in `_TYPE_ONLY_VERSIONS`) reuse the previous converter; Split-18 and
-  ThresholdedRelu (missing altogether, and emitted by the rewrite) get their own.
+  ThresholdedRelu (missing altogether, and emitted by the rewrite) get their own, and
+  ScatterND-18 reuses ScatterND-16's where it adds no reduction.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def _onnx2torch():
             previous = registry.get_converter(op, version - 1)
             _register(registry, op, version, previous)
     _register(registry, "Split", 18, _convert_split18)
+    _register(registry, "ScatterND", 18, _scatter_nd18(registry.get_converter("ScatterND", 16)))
     torch_recurrent.register(registry)
     for version in (10, 22):  # the rewrite emits it for the ThresholdedRelu activation
         _register(registry, "ThresholdedRelu", version, _convert_thresholded_relu)
@@ -108,6 +110,18 @@ def _convert_split18(node, graph):
         OnnxSplit13(num_splits=outputs, axis=axis) if has_sizes else _SplitChunks(outputs, axis)
     )
     return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
+
+
+def _scatter_nd18(convert16):
+    """ScatterND-18 only added the max and min reductions: the same without them."""
+
+    def convert(node, graph):
+        reduction = node.attributes.get("reduction", "none")
+        if reduction in ("max", "min"):
+            raise NotImplementedError(f"ScatterND with reduction {reduction!r}")
+        return convert16(node, graph)
+
+    return convert
 
 
 class ThresholdedRelu(nn.Module):
@@ -252,6 +266,56 @@ class Square(nn.Module):
         return x * x
 
 
+class StaticScatterND(nn.Module):
+    """ScatterND with constant indices (streaming models' cache writes). Indices that
+    enumerate a block (contiguous ranges, row-major) become slices and a concatenation,
+    which the NPU runs; others an index_put with constant indices. onnx2torch reads the
+    indices with `.tolist()` in `forward`, which torch.export cannot trace."""
+
+    def __init__(self, indices: np.ndarray):
+        super().__init__()
+        self.depth = int(indices.shape[-1])
+        flat = indices.reshape(-1, self.depth).astype(np.int64)
+        self.points = [[int(i) for i in column] for column in flat.T]
+        self.block = _block_of(flat, indices.shape[:-1])  # [(start, size)] per indexed dim
+
+    def forward(self, data, updates):
+        if self.block is None:
+            points = [
+                torch.tensor([i % data.shape[d] for i in column], dtype=torch.int64)
+                for d, column in enumerate(self.points)
+            ]
+            values = updates.reshape(-1, *data.shape[self.depth :])
+            return data.index_put(tuple(points), values)
+        sizes = [size for _, size in self.block]
+        return _replace_block(
+            data, updates.reshape(*sizes, *data.shape[self.depth :]), self.block, 0
+        )
+
+
+def _block_of(flat: np.ndarray, grid: tuple):
+    """[(start, size)] per indexed dim if `flat` lists a block in row-major order."""
+    if flat.size == 0 or (flat < 0).any():
+        return None
+    starts, stops = flat.min(axis=0), flat.max(axis=0) + 1
+    ranges = [np.arange(a, b) for a, b in zip(starts, stops)]
+    mesh = np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).reshape(-1, flat.shape[1])
+    if mesh.shape != flat.shape or not (mesh == flat).all():
+        return None
+    return [(int(a), int(b - a)) for a, b in zip(starts, stops)]
+
+
+def _replace_block(data, block, where: list, dim: int):
+    """`data` with the block at `where` (from `dim` on) replaced by `block`."""
+    if dim == len(where):
+        return block
+    start, size = where[dim]
+    inner = _replace_block(data.narrow(dim, start, size), block, where, dim + 1)
+    parts = [data.narrow(dim, 0, start), inner]
+    parts.append(data.narrow(dim, start + size, data.shape[dim] - start - size))
+    return torch.cat([p for p in parts if p.shape[dim] > 0], dim)
+
+
 def _static_pad(module, pads, value=None):
     value = 0.0 if value is None else float(value.reshape(-1)[0])
     static = StaticPad(_ints(pads), module.mode, value)
@@ -384,6 +448,13 @@ def _make_static(gm: torch.fx.GraphModule) -> dict:
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
             replaced[kind] = replaced.get(kind, 0) + 1
+            continue
+        if kind == "OnnxScatterND":  # only the indices need be constant
+            indices, ok = _constant(gm, node.args[1])
+            if ok:
+                gm.add_submodule(node.target, StaticScatterND(indices.numpy()))
+                node.args = (node.args[0], node.args[2])
+                replaced[kind] = replaced.get(kind, 0) + 1
             continue
         if kind not in _STATIC:
             continue

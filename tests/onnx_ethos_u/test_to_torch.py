@@ -26,6 +26,7 @@ UNWANTED = {
     "OnnxGather",
     "OnnxPadDynamic",
     "OnnxPow",
+    "OnnxScatterND",
     "OnnxSlice",
     "OnnxSplit13",
     "OnnxSqueezeDynamicAxes",
@@ -130,7 +131,7 @@ def test_head_model_exports_with_the_same_numerics(op, opset):
 def _constant_tensor(name, value):
     """Index inputs as int64, Gemm's B and C as floats (a 2-D C keeps onnx2torch from
     making nn.Linear itself, so our Gemm replacement runs)."""
-    dtype = np.float32 if name in ("b", "c") else np.int64
+    dtype = np.float32 if name in ("b", "c", "updates") else np.int64
     return numpy_helper.from_array(np.asarray(value, dtype), name)
 
 
@@ -164,6 +165,18 @@ SINGLE_OPS = {
     "gather-range": ("Gather", dict(i=[1, 2, 3]), dict(axis=2), 1),
     "gather-2d-any": ("Gather", dict(i=[[4, 0], [-1, 2]]), dict(axis=-1), 1),
     "pow-2": ("Pow", dict(e=2), {}, 1),
+    "scatternd-block": (
+        "ScatterND",
+        dict(i=[[[1, 2], [1, 3]], [[2, 2], [2, 3]]], updates=-np.arange(20).reshape(2, 2, 5)),
+        {},
+        1,
+    ),
+    "scatternd-points": (
+        "ScatterND",
+        dict(i=[[2, 0], [0, 3], [-1, 1]], updates=-np.arange(15).reshape(3, 5) - 1),
+        {},
+        1,
+    ),
     "gemm-transb-alpha-beta": (
         "Gemm",
         dict(b=np.arange(10).reshape(2, 5) - 4, c=np.arange(6).reshape(3, 2)),
@@ -176,7 +189,7 @@ SINGLE_OPS = {
 @pytest.mark.parametrize("name", sorted(SINGLE_OPS))
 def test_static_replacements_keep_onnx_semantics(name):
     op, consts, attrs, outputs = SINGLE_OPS[name]
-    shape = {"Slice": (4, 3, 6), "Gemm": (3, 5)}.get(op, (3, 1, 5))
+    shape = {"Slice": (4, 3, 6), "Gemm": (3, 5), "ScatterND": (3, 4, 5)}.get(op, (3, 1, 5))
     opset = 13 if op == "Pad" else 18  # onnx2torch converts Pad up to 13 (no axes input)
     model = _single_op_model(op, shape, consts, attrs, opset=opset, outputs=outputs)
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
