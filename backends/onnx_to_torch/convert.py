@@ -15,6 +15,8 @@ is added here, each because the raw conversion cannot be exported or lowers badl
   Values computed only from constants and static input shapes (the Shape -> Gather ->
   Concat -> Expand chains exporters write for zero initial states) are folded first.
 - Identity becomes `clone()`, a copy the Arm backend would carry; such nodes are dropped.
+- BatchNorm after a grouped ConvTranspose becomes an explicit affine: torch's conv-BN fold,
+  which the PT2E quantizer applies, mishandles that weight layout.
 - MatMul by a constant matrix (and its bias Add) becomes nn.Linear, which the Arm
   quantizer quantizes per output channel.
 - The registry stops at opset 17 for several ops. Versions that only added element types
@@ -470,6 +472,42 @@ def _make_static(gm: torch.fx.GraphModule) -> dict:
     return replaced
 
 
+class ChannelAffine(nn.Module):
+    """An eval-mode BatchNorm as x * scale + shift over dim 1."""
+
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm):
+        super().__init__()
+        scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
+        self.register_buffer("scale", scale)
+        self.register_buffer("shift", bn.bias.detach() - bn.running_mean * scale)
+
+    def forward(self, x):
+        view = (1, -1) + (1,) * (x.dim() - 2)
+        return x * self.scale.reshape(view) + self.shift.reshape(view)
+
+
+def _unfuse_grouped_transposed_bn(gm: torch.fx.GraphModule) -> int:
+    """BatchNorm after a grouped ConvTranspose becomes an explicit affine: the PT2E
+    quantizer folds BatchNorm into the convolution before it, and torch's fold gets a
+    grouped transposed weight's layout wrong (GTCRN: "size of tensor a (8) must match
+    the size of tensor b (16)"). Returns how many were replaced."""
+    replaced = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_module":
+            continue
+        module = gm.get_submodule(node.target)
+        if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+            continue
+        source = node.args[0]
+        if not (isinstance(source, torch.fx.Node) and source.op == "call_module"):
+            continue
+        conv = gm.get_submodule(source.target)
+        if isinstance(conv, nn.modules.conv._ConvTransposeNd) and conv.groups > 1:
+            gm.add_submodule(node.target, ChannelAffine(module))
+            replaced += 1
+    return replaced
+
+
 def _prune(gm: torch.fx.GraphModule) -> None:
     """Drop dead nodes, initializers nothing reads any more and unused submodules."""
     gm.graph.eliminate_dead_code()
@@ -621,6 +659,7 @@ def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torc
             gm = onnx2torch.convert(model)
     except NotImplementedError as e:
         raise ToTorchError(f"onnx2torch cannot convert this model: {e}") from e
+    gm.eval()  # before any pass runs it: a BatchNorm in training mode updates its statistics
     replaced = _make_static(gm)
     _prune(gm)
     folded = _fold_constants(gm, model)
@@ -631,6 +670,7 @@ def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torc
     _prune(gm)
     _propagate_shapes(gm, model)
     replaced["MatMul/Gemm -> Linear"] = _matmul_to_linear(gm)
+    replaced["BatchNorm after grouped ConvTranspose"] = _unfuse_grouped_transposed_bn(gm)
     _prune(gm)
     replaced["folded constants"] = folded
     gm.replaced_modules = replaced  # {onnx2torch class: count}, for tests and reports

@@ -302,3 +302,51 @@ def test_shape_chains_of_exported_models_fold_to_constants():
     torch.export.export(module, (torch.from_numpy(feeds["X"]),))
     for e, a in zip(_ort(model, feeds), _torch_outputs(module, feeds, rewritten)):
         np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
+
+
+def _transposed_conv_bn(group: int):
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((4, 4 // group, 1, 3)).astype(np.float32)  # [in, out/groups, ...]
+    bn = [
+        rng.uniform(0.5, 2, 4),
+        rng.standard_normal(4),
+        rng.standard_normal(4),
+        rng.uniform(0.5, 2, 4),
+    ]
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=group, strides=[1, 2]),
+        helper.make_node("BatchNormalization", ["y", "g", "b", "m", "v"], ["z"], epsilon=1e-3),
+    ]
+    initializers = [numpy_helper.from_array(weight, "w")] + [
+        numpy_helper.from_array(a.astype(np.float32), n) for n, a in zip("gbmv", bn)
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 5])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        initializers,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("group", [1, 2])
+def test_batchnorm_after_transposed_conv_survives_the_quantizer(group):
+    """torch's conv-BN fold (run by prepare_pt2e) breaks on a grouped ConvTranspose's
+    weight: that BatchNorm becomes an affine the fold does not touch. Both keep ONNX's
+    numerics (running statistics untouched by the conversion's own runs)."""
+    from executorch.backends.arm.quantizer import TOSAQuantizer, get_symmetric_quantization_config
+    from executorch.backends.arm.tosa import TosaSpecification
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    model = _transposed_conv_bn(group)
+    x = np.random.default_rng(1).standard_normal((1, 4, 2, 5)).astype(np.float32)
+    module = to_torch.onnx_to_torch(model)
+    assert module.replaced_modules["BatchNorm after grouped ConvTranspose"] == (group > 1)
+    np.testing.assert_allclose(
+        _torch_outputs(module, {"x": x}, model)[0], _ort(model, {"x": x})[0], atol=1e-5
+    )
+    exported = torch.export.export(module, (torch.from_numpy(x),)).module()
+    quantizer = TOSAQuantizer(TosaSpecification.create_from_string("TOSA-1.0+INT"))
+    quantizer.set_global(get_symmetric_quantization_config())
+    prepare_pt2e(exported, quantizer)  # group 2 raised "size of tensor a (8) must match ..."
