@@ -677,25 +677,6 @@ def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torc
     return gm.eval()
 
 
-def with_static_inputs(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
-    """A copy whose graph inputs have the given static shapes (name -> shape), with shapes
-    re-inferred: an NPU graph is static, and an unrolled rewrite needs a static T."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for value in out.graph.input:
-        if value.name in shapes:
-            dims = value.type.tensor_type.shape.dim
-            if len(dims) != len(shapes[value.name]):
-                raise ToTorchError(
-                    f"input {value.name!r}: rank {len(dims)}, given shape {shapes[value.name]}"
-                )
-            for dim, size in zip(dims, shapes[value.name]):
-                dim.Clear()
-                dim.dim_value = int(size)
-    del out.graph.value_info[:]
-    return onnx.shape_inference.infer_shapes(out)
-
-
 def example_inputs(model: onnx.ModelProto, seed: int = 0) -> tuple:
     """Inputs for `model`'s static input shapes: floats uniform(-1, 1), integers 1."""
     rng = np.random.default_rng(seed)

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from recurrent_lowering.backends.onnx import rewrite
 from recurrent_lowering.backends.onnx.input_sizes import input_specs
+from recurrent_lowering.backends.onnx.specialize import specialize
 from recurrent_lowering.backends.onnx_to_torch import convert as to_torch
 from recurrent_lowering.tests.onnx_ethos_u import models
 
@@ -209,12 +210,12 @@ def test_recurrent_and_control_flow_nodes_are_refused_by_name():
         to_torch.onnx_to_torch(scan)
 
 
-def test_with_static_inputs_pins_dynamic_dims_for_an_unrolled_rewrite():
+def test_specialised_inputs_pin_dynamic_dims_for_an_unrolled_rewrite():
     model, feeds = R("LSTM", dynamic_steps=True, batch=1)
     assert input_specs(model)[0][1] == (None, 1, 3)
     with pytest.raises(Exception, match="static sequence length"):
         rewrite.rewrite_model(model, strategy="unrolled")
-    pinned = to_torch.with_static_inputs(model, {"X": feeds["X"].shape})
+    pinned = specialize(model, {"X": feeds["X"].shape}, {})
     module = to_torch.onnx_to_torch(rewrite.rewrite_model(pinned, strategy="unrolled"))
     for e, a in zip(_ort(model, feeds), _torch_outputs(module, feeds, pinned)):
         np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
