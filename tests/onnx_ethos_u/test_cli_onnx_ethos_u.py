@@ -82,12 +82,12 @@ def test_onnx_gru_to_tosa_fp_matches_onnxruntime(tmp_path):
     assert report["vela"]["cycles"] is None
 
 
-def test_a_node_torch_cannot_express_gets_the_loop_form_and_its_options(tmp_path):
-    """An ONNX GRU with linear_before_reset=0 (no nn.GRU computes it) travels as the layer
-    op: the loop form at 12 steps and 4-bit recurrent weights, as a torch model's layer."""
+def _lower_12_step_gru_with_int4_weights(tmp_path, **gru_attributes):
+    """The head model's GRU at 12 steps to U55, calibrated, with 4-bit recurrent weights:
+    the report and how many CONV2D weight inputs of the .tosa are INT4."""
     from recurrent_lowering.runtime import tosa_flatbuffer
 
-    model = models.recurrent_with_head("GRU", steps=12)
+    model = models.recurrent_with_head("GRU", steps=12, **gru_attributes)
     np.savez(tmp_path / "calib.npz", X=models.sample_input(model))
     report = _lower(
         tmp_path,
@@ -97,29 +97,25 @@ def test_a_node_torch_cannot_express_gets_the_loop_form_and_its_options(tmp_path
         "--recurrent_weight_bits=4",
         "--tosa_output=m.tosa",
     )
+    types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "m.tosa", "CONV2D", 1)]
+    return report, types.count("INT4")
+
+
+def test_a_node_torch_cannot_express_gets_the_loop_form_and_its_options(tmp_path):
+    """An ONNX GRU with linear_before_reset=0 (no nn.GRU computes it) travels as the layer
+    op: the loop form at 12 steps and 4-bit recurrent weights, as a torch model's layer."""
+    report, int4 = _lower_12_step_gru_with_int4_weights(tmp_path)
     assert report["recurrent_nodes"]["as_layer_ops"] == ["rec"]
     _check_ethos_u(tmp_path, report, 30.0)
     assert report["ops"]["delegated"] < 100  # unrolled: 400 and more
-    types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "m.tosa", "CONV2D", 1)]
-    assert types.count("INT4") >= 11  # R at every step the loop copies
+    assert int4 >= 11  # R at every step the loop copies
 
 
 def test_pytorch_style_gru_gets_the_torch_adapter(tmp_path):
     """A GRU as PyTorch exports it (linear_before_reset=1) becomes nn.GRU, so the torch
     adapter's choices apply: the loop form at 12 steps (a few dozen nodes, not one set per
     step) and 4-bit recurrent weights (TOSA INT4)."""
-    from recurrent_lowering.runtime import tosa_flatbuffer
-
-    model = models.recurrent_with_head("GRU", steps=12, linear_before_reset=1)
-    np.savez(tmp_path / "calib.npz", X=models.sample_input(model))
-    report = _lower(
-        tmp_path,
-        model,
-        "ethos-u55-128",
-        "--calibration=calib.npz",
-        "--recurrent_weight_bits=4",
-        "--tosa_output=m.tosa",
-    )
+    report, int4 = _lower_12_step_gru_with_int4_weights(tmp_path, linear_before_reset=1)
     assert report["recurrent_nodes"] == {
         "as_torch_modules": ["rec"],
         "as_layer_ops": [],
@@ -129,8 +125,7 @@ def test_pytorch_style_gru_gets_the_torch_adapter(tmp_path):
     _check_ethos_u(tmp_path, report, 30.0)
     assert report["ops"]["delegated"] < 100  # unrolled: 400 and more
     assert report["quantization"]["recurrent_weight_bits"] == 4
-    types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "m.tosa", "CONV2D", 1)]
-    assert types.count("INT4") == 11  # R at every step the loop copies; step 0 is peeled
+    assert int4 == 11  # R at every step the loop copies; step 0 is peeled
 
 
 def test_onnx_lstm_kept_on_the_cpu(tmp_path):

@@ -64,14 +64,9 @@ def _build(cfg):
     return models.build(cfg)
 
 
-@pytest.mark.parametrize("cfg", EXPRESSIBLE, ids=str)
-def test_expressible_node_becomes_torch_module_and_matches_onnxruntime(cfg):
-    model, feeds = _build(cfg)
-    gm, reasons = _convert(model)
-    assert reasons == {}
-    kinds = [type(m).__name__ for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
-    assert kinds == [cfg.op]
-    native = models.to_layout0(model) if cfg.layout else model
+def _assert_matches_onnxruntime(gm, model, feeds, layout: int) -> None:
+    """onnxruntime runs layout=1 nodes only after conversion to layout 0."""
+    native = models.to_layout0(model) if layout else model
     want = ort.InferenceSession(native.SerializeToString()).run(None, feeds)
     names = [name for name, _, _ in input_specs(model)]
     with torch.no_grad():
@@ -80,6 +75,16 @@ def test_expressible_node_becomes_torch_module_and_matches_onnxruntime(cfg):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("cfg", EXPRESSIBLE, ids=str)
+def test_expressible_node_becomes_torch_module_and_matches_onnxruntime(cfg):
+    model, feeds = _build(cfg)
+    gm, reasons = _convert(model)
+    assert reasons == {}
+    kinds = [type(m).__name__ for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
+    assert kinds == [cfg.op]
+    _assert_matches_onnxruntime(gm, model, feeds, cfg.layout)
 
 
 @pytest.mark.parametrize("cfg", LAYER_OPS, ids=str)
@@ -89,15 +94,7 @@ def test_other_nodes_become_the_layer_op_and_match_onnxruntime(cfg):
     assert reasons == {}
     assert not [m for m in gm.modules() if isinstance(m, torch.nn.RNNBase)]
     assert len([m for m in gm.modules() if isinstance(m, torch_recurrent.OnnxLayer)]) == 1
-    native = models.to_layout0(model) if cfg.layout else model
-    want = ort.InferenceSession(native.SerializeToString()).run(None, feeds)
-    names = [name for name, _, _ in input_specs(model)]
-    with torch.no_grad():
-        got = gm(*[torch.from_numpy(feeds[n]) for n in names])
-    got = list(got) if isinstance(got, (list, tuple)) else [got]
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
+    _assert_matches_onnxruntime(gm, model, feeds, cfg.layout)
 
 
 @pytest.mark.parametrize("cfg,reason", NOT_CARRIED, ids=[r for _, r in NOT_CARRIED])
