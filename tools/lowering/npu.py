@@ -164,7 +164,8 @@ def _arm_factories(plan):
 
 
 def _report_cpu_reasons(options, partitioners, result, report: dict[str, Any]) -> None:
-    """ops.cpu_reasons from the partitioner's view of the nodes it left on the CPU."""
+    """ops.cpu_reasons from the partitioner's view of the nodes it left on the CPU, and a
+    warning naming the recurrent layers among them."""
     from recurrent_lowering.backends.executorch_arm import fallback
 
     reasons = report["ops"]["cpu_reasons"]
