@@ -2,9 +2,10 @@
 
 `RNNHead(kind, I, H, layers, bidirectional)`: one torch GRU/LSTM/RNN stack (batch_first), then
 Linear(H*dirs, 1) and sigmoid at every step; input [1, T, I]. stream_gru is one step (T=1) with
-h0 as input and h_n as output, and a Linear-tanh-Linear-sigmoid head. `//tools:lower` lowers
-each by name; the benchmarks (docs/results/) measure gru_a, lstm_a, rnn_tanh_a, bigru2,
-big_gru and stream_gru.
+h0 as input and h_n as output, and a Linear-tanh-Linear-sigmoid head. crnn is a keyword
+spotter: three convolutions on a 49x40 spectrogram, a GRU 160->64 and 12 classes.
+`//tools:lower` lowers each by name; the benchmarks (docs/results/) measure gru_a, lstm_a,
+rnn_tanh_a, bigru2, big_gru, stream_gru and crnn.
 
 Every measurement (ExecuTorch baseline, our lowering, ONNX) must run on the very same weights,
 so the models are built deterministically: `torch.manual_seed(0)`, then every parameter drawn
@@ -72,6 +73,32 @@ class StreamGRU(nn.Module):
         return torch.sigmoid(self.fc2(torch.tanh(self.fc1(y)))), h_n
 
 
+class CRNN(nn.Module):
+    """Keyword spotter: 3 convolutions (3x3, stride 2 along frequency, ReLU) on a [1, 1, T, F]
+    spectrogram, a GRU over time on the 32 channels x F/8 bins, the last step to `classes`.
+
+    Input [1, 1, T, 40] -> logits [1, classes]. The convolutions hold most of the MACs.
+    """
+
+    def __init__(self, freq_bins: int, hidden_size: int, classes: int = 12):
+        super().__init__()
+        chans = (1, 16, 32, 32)
+        self.convs = nn.Sequential(
+            *(
+                layer
+                for cin, cout in zip(chans, chans[1:])
+                for layer in (nn.Conv2d(cin, cout, 3, stride=(1, 2), padding=1), nn.ReLU())
+            )
+        )
+        self.rnn = nn.GRU(chans[-1] * freq_bins // 8, hidden_size, batch_first=True)
+        self.head = nn.Linear(hidden_size, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.convs(x)  # [1, C, T, F/8]
+        y, _ = self.rnn(f.permute(0, 2, 1, 3).flatten(2))
+        return self.head(y[:, -1])
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchmarkModel:
     """A named benchmark configuration; `build()` returns (module in eval mode, example inputs)."""
@@ -89,13 +116,18 @@ class BenchmarkModel:
         torch.manual_seed(0)
         if self.streaming:
             module: nn.Module = StreamGRU(self.input_size, self.hidden_size)
+        elif self.kind == "crnn":
+            module = CRNN(self.input_size, self.hidden_size)
         else:
             module = RNNHead(
                 self.kind, self.input_size, self.hidden_size, self.layers, self.bidirectional
             )
         _init_uniform(module)
         module.eval()
-        x = torch.randn(1, self.seq_len, self.input_size)
+        if self.kind == "crnn":
+            x = torch.randn(1, 1, self.seq_len, self.input_size)
+        else:
+            x = torch.randn(1, self.seq_len, self.input_size)
         if self.streaming:
             h0 = torch.randn(self.layers, 1, self.hidden_size) * 0.5
             return module, (x, h0)
@@ -111,6 +143,7 @@ MODELS: dict[str, BenchmarkModel] = {
         BenchmarkModel("bigru2", "gru", 64, 128, 2, True, 32),
         BenchmarkModel("big_gru", "gru", 256, 256, 1, False, 100),
         BenchmarkModel("stream_gru", "gru", 64, 128, 1, False, 1, streaming=True),
+        BenchmarkModel("crnn", "crnn", 40, 64, 1, False, 49),
         BenchmarkModel("tiny_gru", "gru", 8, 16, 1, False, 4),
         BenchmarkModel("tiny_lstm", "lstm", 8, 16, 1, False, 4),
         BenchmarkModel("tiny_rnn", "rnn_tanh", 8, 16, 1, False, 4),

@@ -38,10 +38,15 @@ flags.DEFINE_bool("keep_recurrent_on_cpu", False, "leave recurrent layers on the
 flags.DEFINE_enum("emission", "auto", ["auto", "unrolled", "loop"], "recurrent emission form")
 flags.DEFINE_enum(
     "quantization",
-    "int8",
-    ["int8", "int16", "int16_state"],
-    "INT targets: int8 or int16 activations, or int8 with the recurrent steps (state and gate "
-    "arithmetic) in int16 (loop form)",
+    "auto",
+    ["auto", "int8", "int16", "int16_state"],
+    "INT targets: auto (Ethos-U: int16 activations for the recurrent layers and/or the rest "
+    "where it costs at most --cycle_budget over int8, by a cost model of Vela; else int8), "
+    "int8 or int16 activations, or int8 with the recurrent steps (state and gate arithmetic) "
+    "in int16 (loop form)",
+)
+flags.DEFINE_float(
+    "cycle_budget", 3.0, "--quantization auto: percent more cycles than int8 it may spend"
 )
 flags.DEFINE_enum(
     "recurrent_weight_bits",
@@ -102,6 +107,7 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
     options = targets.Options(
         strategy=FLAGS.emission,
         quantization=FLAGS.quantization,
+        cycle_budget=FLAGS.cycle_budget,
         calibration=_path_or_none(FLAGS.calibration),
         keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,
         activation_defaults={"spec": "onnx"}.get(  # the reader's name for the ONNX spec's
@@ -125,7 +131,8 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
             f"it applies to --target onnx, not {FLAGS.target}"
         )
     npu_only = {
-        "--quantization": options.quantization != "int8",
+        "--quantization": options.quantization != "auto",
+        "--cycle_budget": options.cycle_budget != 3.0,
         "--keep_recurrent_on_cpu": options.keep_recurrent_on_cpu,
         "--recurrent_weight_bits": options.recurrent_weight_bits != 8,
         "--system_config": options.system_config is not None,

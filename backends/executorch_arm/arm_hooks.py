@@ -35,13 +35,13 @@ from torch.fx import GraphModule
 
 from recurrent_lowering.passes.spec import SpecError
 
-from . import fallback, weight_precision
+from . import fallback, precision_regions, weight_precision
 from .arm_passes import DecomposeRecurrentPass
 from .decompose import decompose_recurrent
 from .loop import op as loop_op
 from .loop import tosa as loop_tosa  # noqa: F401  (registers the loop node's TOSA)
 from .loop.quantization import annotate_loops
-from .plan import ArmPlan
+from .plan import ArmPlan, quantization_config
 from .recurrent_quantization import RecurrentStateQuantizer
 
 
@@ -65,20 +65,20 @@ class _QuantizerHook:
 
     def annotate(self, model: GraphModule) -> GraphModule:
         model = super().annotate(model)
-        step_config = None
-        if self.plan.state_bits == 16:
-            from executorch.backends.arm.quantizer import arm_quantizer
-
-            step_config = arm_quantizer.get_symmetric_a16w8_quantization_config(is_per_channel=True)
-        bits = self.plan.recurrent_weight_bits
-        narrow = bits < 8 and self.global_config is not None
+        plan = self.plan
+        config = self.global_config
+        if plan.recurrent_activations is not None and config is not None:
+            config = quantization_config(plan.recurrent_activations)  # (set_module_type's)
+        step_config = quantization_config("int16") if plan.state_bits == 16 else None
+        bits = plan.recurrent_weight_bits
+        narrow = bits < 8 and config is not None
         unrolled = 0
         if narrow:
-            unrolled = weight_precision.narrow_per_step_weights(
-                model.graph, self.global_config, bits
-            )
-            step_config = weight_precision.narrow(step_config or self.global_config, bits)
-        loops = annotate_loops(model.graph, self.global_config, step_config)
+            unrolled = weight_precision.narrow_per_step_weights(model.graph, config, bits)
+            step_config = weight_precision.narrow(step_config or config, bits)
+        loops = annotate_loops(model.graph, config, step_config)
+        if plan.recurrent_activations not in (None, plan.activations) and config is not None:
+            precision_regions.fold_boundaries(model.graph)
         if narrow:  # every loop's step holds only per-step weights
             self.narrowed = unrolled + loops
         return model
@@ -169,6 +169,10 @@ def create_quantizer(compile_spec, plan: ArmPlan = None):
     else:
         raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
     quantizer.plan = _plan_for(compile_spec, plan)
+    recurrent = quantizer.plan.recurrent_activations
+    if recurrent is not None:  # the recurrent layers' region in its own precision
+        for module_type in fallback.RECURRENT_MODULES:
+            quantizer.set_module_type(module_type, quantization_config(recurrent))
     return quantizer
 
 

@@ -31,6 +31,7 @@ import torch
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference, vela
 from recurrent_lowering.runtime.metrics import sqnr_db
 
+from . import precision
 from .edge_io import io_mapping, target_name
 from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
 from .loop.op import program_of, run_graph
@@ -49,7 +50,7 @@ class LoweringResult:
     pte: bytes
     artifact_dir: pathlib.Path
     tosa_files: list  # list[pathlib.Path], one per delegate
-    times: dict  # stage -> seconds: export, quantize, lower, to_executorch, vela
+    times: dict  # stage -> seconds: (precision,) quantize, export, lower, to_executorch, vela
     edge_nodes: int  # call_function nodes of the edge graphs handed to the backend(s)
     cpu_nodes: int  # call_function nodes left outside any delegate (q/dq included)
     num_delegates: int
@@ -70,6 +71,7 @@ class LoweringResult:
     # the program inputs (CPU ops around or between delegates): check_numerics runs it.
     program_module: Optional[torch.nn.Module] = None
     loop_programs: list = dataclasses.field(default_factory=list)  # loop.op.StepProgram each
+    precision: Optional[object] = None  # precision.Choice when activations="auto" chose
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,19 +150,15 @@ def quantize(
     `quantizer_factory(compile_spec)` replaces ExecuTorch's `create_quantizer` (e.g. with
     backends.executorch_arm.arm_hooks.create_quantizer, which decomposes with our passes).
     """
-    from executorch.backends.arm.quantizer import arm_quantizer
     from executorch.backends.arm.util._factory import create_quantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    configs = {
-        "int8": arm_quantizer.get_symmetric_quantization_config,
-        "int16": arm_quantizer.get_symmetric_a16w8_quantization_config,
-    }
-    if activations not in configs:
-        raise ValueError(f"activations must be one of {sorted(configs)}, got {activations!r}")
+    from .plan import quantization_config
+
+    config = quantization_config(activations)
     graph_module = _module_of(torch.export.export(module, example_inputs))
     quantizer = (quantizer_factory or create_quantizer)(compile_spec)
-    quantizer.set_global(configs[activations](is_per_channel=True))
+    quantizer.set_global(config)
     prepared = prepare_pt2e(graph_module, quantizer)
     samples = calibration_inputs or [example_inputs]
     for sample in (progress or _Silent()).steps(samples, "calibration samples"):
@@ -210,12 +208,13 @@ def lower(
     quantizer_factory=None,
     partitioner_factory=None,
     decomposition: str = "ours",
-    activations: str = "int8",
+    activations: str = "auto",
     strategy: str = "auto",
     state_bits: int = 8,
     recurrent_weight_bits: int = 8,
     progress=None,
     plan=None,
+    cycle_budget: Optional[float] = None,
 ) -> LoweringResult:
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
@@ -225,7 +224,12 @@ def lower(
     `partitioner_factory` (called with the compile spec) replace ExecuTorch's defaults, which is
     where our own decomposition plugs in; `decomposition` ("ours" or "executorch") picks the
     defaults for the factories not given. `activations="int16"` quantizes activations to
-    int16 (weights stay int8; Ethos-U85 and TOSA INT targets). `strategy` writes recurrent
+    int16 (weights stay int8), "int8" to int8; "auto" (the default) picks int16 for the
+    recurrent layers, the rest, both or neither, whichever is most accurate within
+    `cycle_budget` (default 0.03) of int8's cycles by precision.py's model of Vela
+    (int8 on TOSA targets, with 4-bit weights or an int16 state, and where the quantizer is
+    not ours: `decomposition="executorch"` or a `quantizer_factory`); `result.precision`
+    says what it chose. `strategy` writes recurrent
     layers "unrolled" (one set of ops per step), as a "loop" (one node per layer direction,
     its step lowered once and copied per step into the TOSA: loop.op, loop.tosa) or "auto"
     (unrolled for short sequences, plan.py). `state_bits=16` keeps the
@@ -240,8 +244,33 @@ def lower(
 
     from .plan import ArmPlan
 
+    times: dict = {}
+    progress = progress or _Silent()
+    choice = None
     if plan is None:
-        plan = ArmPlan(target, strategy, activations, state_bits, recurrent_weight_bits)
+        recurrent_activations = None
+        if activations == "auto":
+            activations = "int8"
+            ours = decomposition == "ours" and quantizer_factory is None  # else theirs decides
+            quantizing = quantize_model is not False and ours
+            if (
+                quantizing
+                and state_bits == 8
+                and precision.fixed_reason(target, recurrent_weight_bits, False) is None
+            ):
+                with _timed(times, "precision", progress, "choose the precision per region"):
+                    choice = precision.choose_for(
+                        _eval(module), example_inputs, target, cycle_budget
+                    )
+                activations, recurrent_activations = choice.rest, choice.recurrent
+        plan = ArmPlan(
+            target,
+            strategy,
+            activations,
+            state_bits,
+            recurrent_weight_bits,
+            recurrent_activations=recurrent_activations,
+        )
     quantizer_factory, partitioner_factory = factories(
         decomposition, plan, quantizer_factory, partitioner_factory
     )
@@ -260,9 +289,6 @@ def lower(
         memory_mode = memory_mode or default_memory
     spec = compile_spec(target, out_dir, system_config, memory_mode)
     module = _eval(module)
-    times = {}
-
-    progress = progress or _Silent()
     if quantized:
         with _timed(times, "quantize", progress, "quantize (calibrate, convert)"):
             module = quantize(
@@ -331,6 +357,7 @@ def lower(
         memory_mode=memory_mode,
         program_module=program_module,
         loop_programs=loop_programs,
+        precision=choice,
     )
     if mapping is not None:
         result.input_map, result.output_map, result.input_quant, result.output_quant = mapping

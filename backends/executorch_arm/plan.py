@@ -10,6 +10,7 @@ per target, the bit widths, and which combinations of them a target takes.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from recurrent_lowering.passes.plan import STRATEGIES, Plan
 
@@ -51,7 +52,10 @@ def core_plan(strategy: str) -> Plan:
 class ArmPlan:
     """`target`: a TOSA spec string (with the extensions it needs, e.g. "+int16") or an
     Ethos-U accelerator ("ethos-u85-256"). `activations`: "int8" or "int16" (ExecuTorch's
-    a16w8). `state_bits` 16 keeps a loop's steps (state and gate arithmetic) in int16.
+    a16w8) for the whole program, or for all but the recurrent layers when
+    `recurrent_activations` names theirs (the projection, the steps and the layer's outputs;
+    the quantizer rescales at the boundary). `state_bits` 16 keeps a loop's steps (state and
+    gate arithmetic) in int16.
     `recurrent_weight_bits` < 8 narrows the weights every step reads (4: TOSA INT4)."""
 
     target: str
@@ -60,12 +64,15 @@ class ArmPlan:
     state_bits: int = 8
     recurrent_weight_bits: int = 8
     keep_recurrent_on_cpu: bool = False
+    recurrent_activations: Optional[str] = None
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise PlanError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        if self.activations not in ("int8", "int16"):
-            raise PlanError(f"activations must be int8 or int16, got {self.activations!r}")
+        for name in ("activations", "recurrent_activations"):
+            value = getattr(self, name)
+            if value not in ("int8", "int16") and (value, name) != (None, "recurrent_activations"):
+                raise PlanError(f"{name} must be int8 or int16, got {value!r}")
         if self.state_bits not in (8, 16):
             raise PlanError(f"state_bits must be 8 or 16, got {self.state_bits}")
         bits = self.recurrent_weight_bits
@@ -73,6 +80,7 @@ class ArmPlan:
         tosa = self.target.startswith("TOSA")
         wide = {
             "activations='int16'": self.activations == "int16",
+            "recurrent_activations='int16'": self.recurrent_activations == "int16",
             "state_bits=16": self.state_bits == 16,
         }
         for what, given in wide.items():
@@ -87,6 +95,8 @@ class ArmPlan:
                     "with int16 activations or int16 state"
                 )
         if self.keep_recurrent_on_cpu:
+            if self.recurrent_activations is not None:
+                raise PlanError("recurrent layers kept on the CPU run in float: no precision")
             if self.strategy == "loop":
                 raise PlanError("recurrent layers kept on the CPU need the unrolled form")
             if bits != 8:
@@ -99,6 +109,11 @@ class ArmPlan:
                 "int16 state keeps the loop form's steps in int16; it cannot be combined with "
                 "the unrolled form or recurrent layers kept on the CPU"
             )
+
+    @property
+    def recurrent_precision(self) -> str:
+        """The recurrent layers' activation precision."""
+        return self.recurrent_activations or self.activations
 
     @property
     def layer_strategy(self) -> str:
@@ -120,6 +135,19 @@ class ArmPlan:
 
     def core(self) -> Plan:
         return core_plan(self.layer_strategy)
+
+
+def quantization_config(activations: str):
+    """ExecuTorch's symmetric per-channel config for int8 or int16 (a16w8) activations."""
+    from executorch.backends.arm.quantizer import arm_quantizer
+
+    configs = {
+        "int8": arm_quantizer.get_symmetric_quantization_config,
+        "int16": arm_quantizer.get_symmetric_a16w8_quantization_config,
+    }
+    if activations not in configs:
+        raise ValueError(f"activations must be one of {sorted(configs)}, got {activations!r}")
+    return configs[activations](is_per_channel=True)
 
 
 def tosa_target(target: str, activations: str, state_bits: int, weight_bits: int) -> str:

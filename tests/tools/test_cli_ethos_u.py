@@ -34,14 +34,21 @@ def test_report_keys_have_real_values(tmp_path):
     assert report["vela"]["flash_bytes"] > 0
     assert report["ops"]["delegated"] > 0
     assert report["ops"]["cpu"] >= 0
-    # INT8 on a tiny GRU: the error is real but small.
+    # Quantized, on a tiny GRU: the error is real but small.
     assert 0 < report["numerics"]["max_abs_err"] < 0.05
     assert 25 < report["numerics"]["sqnr_db"] < math.inf
     assert report["time"]["total_s"] > 0
     assert (tmp_path / "tiny_gru.error.png").read_bytes()[:4] == b"\x89PNG"
     # The summary on stdout is Markdown, not Vela's own report.
     assert result.stdout.startswith("## tiny_gru -> ethos-u55-128")
-    assert report["quantization"] == {"activations": "int8", "recurrent_weight_bits": 8}
+    # --quantization auto: a GRU streaming R from flash on U55 gets int16 for free.
+    auto = report["quantization"]["auto"]
+    assert report["quantization"]["activations"] == "auto"
+    assert auto["choice"] == "int16"
+    assert auto["regions"] == {"recurrent layers": "int16", "rest": "int16"}
+    assert auto["cycles"] == report["vela"]["cycles"]
+    assert auto["cycles"] <= auto["int8_cycles_estimate"] * (1 + auto["budget"])
+    assert "| quantization | auto: recurrent layers int16, rest int16 (int8: ~" in result.stdout
     assert report["vela"]["memory_mode"] == "Shared_Sram"  # ExecuTorch's default for U55
     assert report["vela"]["dram_bytes"] == 0 and "| DRAM |" not in result.stdout
     assert report["numerics"]["inputs"] == "example inputs"
@@ -55,14 +62,24 @@ def test_user_choices_weight_bits_and_memory_mode(tmp_path):
         "--memory_mode=Sram_Only",
         "--tosa_output=tiny.tosa",
     )
-    assert report["quantization"] == {"activations": "int8", "recurrent_weight_bits": 4}
+    assert report["quantization"] == {
+        "activations": "auto",
+        "recurrent_weight_bits": 4,
+        "auto": {
+            "choice": "int8",
+            "why": "4-bit recurrent weights (TOSA INT4) take int8 activations only",
+        },
+    }
     assert not any("no recurrent weights" in w for w in report["warnings"])
     assert report["vela"]["memory_mode"] == "Sram_Only"
     assert report["vela"]["system_config"] == "Ethos_U55_High_End_Embedded"
     types = [t.tosa_dtype for t in tosa_flatbuffer.op_inputs(tmp_path / "tiny.tosa", "CONV2D", 1)]
     assert types.count("INT4") == 3 and types.count("INT8") == 2  # 3 steps' R; W and the head
     assert report["numerics"]["sqnr_db"] > 25
-    assert "| quantization | int8, recurrent weights 4-bit |" in result.stdout
+    assert (
+        "| quantization | auto: int8 (4-bit recurrent weights (TOSA INT4) take int8 activations "
+        "only), recurrent weights 4-bit |" in result.stdout
+    )
     assert "| Vela system config / memory mode | Ethos_U55_High_End_Embedded / Sram_Only |" in (
         result.stdout
     )

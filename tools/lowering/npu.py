@@ -93,7 +93,30 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
         )
 
 
-def _plan(options, target: str):
+def _precision(options, target: str, module, example, report):
+    """--quantization auto's precision per region (a precision.Choice), or None where the
+    activations are the user's choice or plain int8; the report says which and why."""
+    from recurrent_lowering.backends.executorch_arm import precision
+
+    if options.quantization != "auto":
+        if options.cycle_budget != 3.0:
+            raise LoweringError("--cycle_budget applies to --quantization auto")
+        return None
+    if target == "TOSA-1.0+FP":
+        return None
+    reason = precision.fixed_reason(
+        target, options.recurrent_weight_bits, options.keep_recurrent_on_cpu
+    )
+    if reason is None:
+        try:
+            return precision.choose_for(module, example, target, options.cycle_budget / 100)
+        except precision.CostModelError as e:
+            reason = str(e)
+    report["quantization"]["auto"] = {"choice": "int8", "why": reason}
+    return None
+
+
+def _plan(options, target: str, choice=None):
     """The ArmPlan for the options: checked there, once; a combination the target cannot
     take is the user's error. --quantization int16 needs the TOSA int16 extension and
     4-bit recurrent weights the int4 one, which every Ethos-U compile spec has and
@@ -102,25 +125,42 @@ def _plan(options, target: str):
 
     if target == "TOSA-1.0+FP":
         for flag, value, default in (
-            ("--quantization", options.quantization, "int8"),
+            ("--quantization", options.quantization, "auto"),
             ("--recurrent_weight_bits", options.recurrent_weight_bits, 8),
         ):
             if value != default:
                 raise LoweringError(f"{flag} {value} applies to INT targets, not TOSA-1.0+FP")
     state_bits = 16 if options.quantization == "int16_state" else 8
     activations = "int16" if options.quantization == "int16" else "int8"
+    recurrent = None
+    if choice is not None:
+        activations = choice.rest
+        recurrent = choice.recurrent if choice.recurrent != choice.rest else None
     bits = options.recurrent_weight_bits
+    widest = "int16" if "int16" in (activations, recurrent) else "int8"
     try:
         return ArmPlan(
-            tosa_target(target, activations, state_bits, bits),
+            tosa_target(target, widest, state_bits, bits),
             strategy=options.strategy,
             activations=activations,
             state_bits=state_bits,
             recurrent_weight_bits=bits,
             keep_recurrent_on_cpu=options.keep_recurrent_on_cpu,
+            recurrent_activations=recurrent,
         )
     except PlanError as e:
         raise LoweringError(str(e)) from e
+
+
+def _auto_report(choice, result) -> dict:
+    """What auto chose per region, with int8's cycles: the measured cycles scaled by the
+    cost model's int8/chosen ratio (the model's own figures are under estimated_cycles)."""
+    auto = choice.report()
+    if result.vela is not None:
+        measured = result.vela.summary.cycles
+        ratio = choice.int8_estimate / choice.estimates[choice.name]
+        auto.update(cycles=measured, int8_cycles_estimate=round(measured * ratio))
+    return auto
 
 
 def _vela_options(options, target: str) -> dict:
@@ -228,7 +268,8 @@ def _lower(source, options, staging, output, report, progress) -> None:
         raise LoweringError(f"{source.path}: {report['target']} cannot take a {source.kind} model")
     work = tempfile.mkdtemp(prefix="lower-")
     try:
-        plan = _plan(options, report["target"])
+        choice = _precision(options, report["target"], module, example, report)
+        plan = _plan(options, report["target"], choice)
         quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(plan)
         vela_options = _vela_options(options, report["target"])
         try:
@@ -264,6 +305,8 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 activations=options.quantization,
                 recurrent_weight_bits=options.recurrent_weight_bits,
             )
+            if choice is not None:
+                report["quantization"]["auto"] = _auto_report(choice, result)
         report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
         if not result.edge_nodes:
             report["warnings"].append(f"nothing was delegated to {report['target']}")

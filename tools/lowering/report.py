@@ -95,7 +95,7 @@ def summary(report: dict[str, Any]) -> str:
     quant = report["quantization"]
     if quant["activations"] is not None:
         lines.append(
-            f"| quantization | {quant['activations']}, recurrent weights "
+            f"| quantization | {_activations(quant)}, recurrent weights "
             f"{quant['recurrent_weight_bits']}-bit |"
         )
     if num["max_abs_err"] is not None:
@@ -109,3 +109,15 @@ def summary(report: dict[str, Any]) -> str:
         lines.append(f"- on CPU ({count}): {reason}")
     lines += [f"- warning: {w}" for w in report["warnings"]]
     return "\n".join(lines) + "\n"
+
+
+def _activations(quant: dict) -> str:
+    """ "auto: recurrent layers int16, rest int8 (int8: ~N cycles)", or the explicit choice."""
+    auto = quant.get("auto")
+    if quant["activations"] != "auto" or auto is None:
+        return quant["activations"]
+    if "regions" not in auto:
+        return f"auto: int8 ({auto['why']})"
+    regions = ", ".join(f"{region} {bits}" for region, bits in auto["regions"].items())
+    int8 = auto.get("int8_cycles_estimate")
+    return f"auto: {regions}" + (f" (int8: ~{int8:,} cycles)" if int8 else "")

@@ -19,7 +19,8 @@ TARGETS = ("aten", "onnx", *TOSA_TARGETS, *ETHOS_U_TARGETS)
 @dataclasses.dataclass
 class Options:
     strategy: str = "auto"  # auto | unrolled | scan (--emission loop)
-    quantization: str = "int8"  # int8 | int16 (activations) | int16_state (loop-form steps)
+    quantization: str = "auto"  # auto | int8 | int16 (activations) | int16_state (loop steps)
+    cycle_budget: float = 3.0  # percent over int8 that auto may spend
     calibration: pathlib.Path | None = None
     keep_recurrent_on_cpu: bool = False
     activation_defaults: str = "onnxruntime"  # onnxruntime | onnx (the spec's; ONNX inputs)

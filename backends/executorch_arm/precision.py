@@ -1,0 +1,263 @@
+"""`--quantization auto`: int16 activations in each region where the target gives them cheaply.
+
+Two regions: the recurrent layers (projection, steps, outputs) and the rest of the program
+(conv/FC front-ends, heads). Three candidates, most accurate first: all int16, recurrent
+int16 with the rest int8, all int8. The first whose estimated cycles are within
+`budget` of all-int8's wins. The estimate is a model of Vela, so choosing costs no extra
+lowering:
+
+    product (conv, linear, matmul, a recurrent step's product with R):
+        max(MACs * mac[bits], weight bytes streamed * weight_byte)
+    a recurrent step's gate arithmetic (the same in both precisions on fitted targets):
+        gates x hidden size * gate_element
+    an activation after a product in int16 (ReLU, clamp: Vela fuses it only in int8):
+        elements * activation16
+    a rescale between the int8 rest and int16 recurrent layers:  elements * rescale
+
+with constants per target fitted against Vela's per-layer table (precision_costs.json,
+written by `benchmarks/precision_costs.py`). On Ethos-U55 a step
+streams R from flash, so its MACs hide behind the weight traffic and int16 is nearly free;
+on Ethos-U85 (weights in SRAM) the same MACs at half rate cost about 1.6x.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import operator
+import pathlib
+from typing import Optional
+
+import torch
+from torch.fx import Graph, Node
+
+from . import layer_op
+from .decompose import LAYER_OPS, SEQUENCE_OPS
+
+COSTS_FILE = pathlib.Path(__file__).with_name("precision_costs.json")
+DEFAULT_BUDGET = 0.03  # at most 3% more cycles than int8
+CANDIDATES = (  # (name, rest, recurrent layers), most accurate first
+    ("int16", "int16", "int16"),
+    ("int16_recurrent", "int8", "int16"),
+    ("int8", "int8", "int8"),
+)
+aten = torch.ops.aten
+_PRODUCTS = {
+    aten.linear.default,
+    aten.conv1d.default,
+    aten.conv2d.default,
+    aten.matmul.default,
+    aten.mm.default,
+    aten.bmm.default,
+}
+_ACTIVATIONS = {
+    aten.relu.default,
+    aten.relu_.default,
+    aten.hardtanh.default,
+    aten.hardtanh_.default,
+    aten.clamp.default,
+}
+_MOVES = {
+    aten.view.default,
+    aten.reshape.default,
+    aten.permute.default,
+    aten.transpose.int,
+    aten.flatten.using_ints,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.unsqueeze.default,
+    aten.contiguous.default,
+    aten.clone.default,
+}
+
+
+class CostModelError(ValueError):
+    """No fitted costs for a target; the message names the targets that have them."""
+
+
+@dataclasses.dataclass
+class Product:
+    macs: int
+    weight_bytes: int  # streamed from the weights' memory each time the product runs
+    gate_elems: int = 0  # a recurrent step's: the gate arithmetic's width after it
+
+
+@dataclasses.dataclass
+class Features:
+    """What the cost model needs of a program, per region."""
+
+    recurrent: list = dataclasses.field(default_factory=list)  # Product each
+    rest: list = dataclasses.field(default_factory=list)  # Product each
+    activation_elems: int = 0  # outputs of ReLU/clamp after products of the rest
+    boundary_elems: int = 0  # values crossing between the rest's ops and recurrent layers
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The chosen precision per region, with the model's cycles for every candidate."""
+
+    name: str
+    rest: str
+    recurrent: str
+    estimates: dict  # candidate name -> estimated cycles
+    budget: float
+
+    @property
+    def int8_estimate(self) -> float:
+        return self.estimates["int8"]
+
+    def report(self) -> dict:
+        return {
+            "choice": self.name,
+            "regions": {"recurrent layers": self.recurrent, "rest": self.rest},
+            "budget": self.budget,
+            "estimated_cycles": {k: round(v) for k, v in self.estimates.items()},
+        }
+
+
+def load_costs(target: str, path: pathlib.Path = COSTS_FILE) -> dict:
+    family = target.lower().rsplit("-", 1)[0]
+    costs = json.loads(path.read_text())["targets"]
+    if target in costs:
+        return costs[target]
+    if family in costs:
+        return costs[family]
+    raise CostModelError(
+        f"no fitted int16 costs for {target} (fitted: {', '.join(sorted(costs))}); "
+        "pass --quantization int8 or int16, or fit it with benchmarks/precision_costs.py"
+    )
+
+
+def _numel(node) -> int:
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    return int(math.prod(val.shape)) if isinstance(val, torch.Tensor) else 0
+
+
+def _shape(node) -> tuple:
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
+
+
+def _sequence_products(node: Node) -> list:
+    """aten.gru/lstm/rnn_*.input(input, hx, params, has_biases, layers, dropout, train,
+    bidirectional, batch_first): per layer and direction, a projection over all steps
+    and T products with R."""
+    x, _, params, has_biases, layers, _, _, bidirectional, batch_first = node.args[:9]
+    steps = _shape(x)[1 if batch_first else 0]
+    per = 4 if has_biases else 2
+    matrices = [
+        (_shape(params[k]), _shape(params[k + 1]))
+        for k in range(0, per * layers * (2 if bidirectional else 1), per)
+    ]
+    return _steps(steps, matrices)
+
+
+def _layer_products(node: Node) -> list:
+    """The layer op (x, initial_h, initial_c, sequence_lens, weights, description)."""
+    spec, weights = layer_op.read(node.args[5], node.args[4])
+    steps = _shape(node.args[0])[1 if spec.layout.batch_first else 0]
+    return _steps(steps, [(_shape(w.w), _shape(w.r)) for row in weights for w in row])
+
+
+def _steps(steps: int, matrices) -> list:
+    """A projection over all steps and one product with R a step, per (W, R) shapes."""
+    products = []
+    for w, r in matrices:
+        products.append(Product(steps * math.prod(w), math.prod(w)))
+        products += [Product(math.prod(r), math.prod(r), r[0])] * steps
+    return products
+
+
+def _product(node: Node) -> Product:
+    out = _numel(node)
+    if node.target in (aten.linear.default,):
+        w = _shape(node.args[1])
+        return Product(out * w[1], w[0] * w[1])
+    if node.target in (aten.conv1d.default, aten.conv2d.default):
+        w = _shape(node.args[1])
+        return Product(out * math.prod(w[1:]), math.prod(w))
+    k = _shape(node.args[0])[-1]
+    return Product(out * k, 0)
+
+
+def _root(node):
+    while isinstance(node, Node) and node.op == "call_function" and node.target in _MOVES:
+        node = node.args[0]
+    return node
+
+
+def _is_recurrent(node) -> bool:
+    node = _root(node)
+    if isinstance(node, Node) and node.target is operator.getitem:
+        node = node.args[0]
+    return isinstance(node, Node) and (node.target in SEQUENCE_OPS or node.target in LAYER_OPS)
+
+
+def features(graph: Graph) -> Features:
+    """The cost model's view of an exported (float, aten) program."""
+    f = Features()
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in SEQUENCE_OPS or node.target in LAYER_OPS:
+            read = _sequence_products if node.target in SEQUENCE_OPS else _layer_products
+            f.recurrent += read(node)
+            source = _root(node.args[0])
+            if isinstance(source, Node) and source.op == "call_function":
+                f.boundary_elems += _numel(node.args[0])
+        elif node.target in _PRODUCTS:
+            f.rest.append(_product(node))
+            if _is_recurrent(node.args[0]):
+                f.boundary_elems += _numel(node.args[0])
+        elif node.target in _ACTIVATIONS:
+            f.activation_elems += _numel(node)
+    return f
+
+
+def _cycles(products, bits: str, costs: dict) -> float:
+    mac, weight, gates = costs["mac"][bits], costs["weight_byte"], costs["gate_element"]
+    return sum(max(p.macs * mac, p.weight_bytes * weight) + p.gate_elems * gates for p in products)
+
+
+def estimate(f: Features, rest: str, recurrent: str, costs: dict) -> float:
+    cycles = _cycles(f.recurrent, recurrent, costs) + _cycles(f.rest, rest, costs)
+    if rest == "int16":
+        cycles += f.activation_elems * costs["activation16"]
+    if rest != recurrent and f.recurrent:
+        cycles += f.boundary_elems * costs["rescale"]
+    return cycles
+
+
+def choose(f: Features, costs: dict, budget: float = DEFAULT_BUDGET) -> Choice:
+    """The most accurate candidate within `budget` of all-int8's estimated cycles."""
+    estimates = {name: estimate(f, rest, rec, costs) for name, rest, rec in CANDIDATES}
+    limit = estimates["int8"] * (1 + budget)
+    for name, rest, rec in CANDIDATES:
+        if not f.recurrent and rest != rec:
+            continue
+        if estimates[name] <= limit:
+            return Choice(name, rest, rec, estimates, budget)
+    raise AssertionError("int8 is always within its own budget")
+
+
+def fixed_reason(target: str, recurrent_weight_bits: int, keep_recurrent_on_cpu: bool):
+    """Why `auto` is plain int8 for these options, or None when it chooses."""
+    if not target.startswith("ethos-u"):
+        return f"{target} has no cycle cost to weigh"
+    if recurrent_weight_bits == 4:
+        return "4-bit recurrent weights (TOSA INT4) take int8 activations only"
+    if keep_recurrent_on_cpu:
+        return "recurrent layers kept on the CPU run in float"
+    return None
+
+
+def choose_for(
+    module: torch.nn.Module, example_inputs, target: str, budget: Optional[float] = None
+) -> Choice:
+    """Export `module` (float) and choose its precision per region for `target`."""
+    from .flow import _module_of
+
+    costs = load_costs(target)
+    graph = _module_of(torch.export.export(module, tuple(example_inputs))).graph
+    return choose(features(graph), costs, DEFAULT_BUDGET if budget is None else budget)

@@ -1,0 +1,93 @@
+"""--quantization auto: the cost model's view of a program, its choice per target, and what
+the choice does to a lowering (int16 where chosen, more accurate than int8 against torch
+eager, no whole-output rescale after an int16 layer)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recurrent_lowering.backends.executorch_arm import flow, precision
+from recurrent_lowering.backends.executorch_arm.flow import _module_of
+from recurrent_lowering.examples.models import CRNN
+
+
+def _small_crnn():
+    """crnn's shape at a smaller size: 3 convolutions, a GRU 64->16 over 12 steps."""
+    torch.manual_seed(0)
+    model = CRNN(freq_bins=16, hidden_size=16, classes=4).eval()
+    return model, (torch.randn(1, 1, 12, 16),)
+
+
+def _features(model, inputs):
+    return precision.features(_module_of(torch.export.export(model, inputs)).graph)
+
+
+def test_features_split_the_program_into_regions():
+    f = _features(*_small_crnn())
+    # GRU 64->16, T=12: one projection over all steps, then R (48x16) and 48 gate values
+    # once a step.
+    assert f.recurrent[0] == precision.Product(12 * 48 * 64, 48 * 64)
+    assert f.recurrent[1:] == [precision.Product(48 * 16, 48 * 16, gate_elems=48)] * 12
+    # Three convolutions (16, 32, 32 channels, frequency halved each) and the head.
+    conv_macs = [12 * 8 * 16 * 1 * 9, 12 * 4 * 32 * 16 * 9, 12 * 2 * 32 * 32 * 9]
+    assert [p.macs for p in f.rest] == [*conv_macs, 16 * 4]
+    assert f.activation_elems == 12 * (8 * 16 + 4 * 32 + 2 * 32)  # the three ReLUs
+    assert f.boundary_elems == 12 * 64  # the GRU's input, from the convolutions
+
+
+@pytest.mark.parametrize(
+    "target, expected",
+    [
+        # Weights streamed from flash every step: the GRU's int16 is free, the convs' is not.
+        ("ethos-u55-128", "int16_recurrent"),
+        # Weights in SRAM, MACs at half rate in int16: nothing is free.
+        ("ethos-u85-256", "int8"),
+    ],
+)
+def test_crnn_choice_per_target(target, expected):
+    from recurrent_lowering.examples import models
+
+    model, inputs = models.build("crnn")
+    choice = precision.choose(_features(model, inputs), precision.load_costs(target))
+    assert choice.name == expected
+    assert choice.estimates[expected] <= choice.int8_estimate * 1.03
+    if expected == "int16_recurrent":  # all int16 was over the budget
+        assert choice.estimates["int16"] > choice.int8_estimate * 1.03
+
+
+def test_a_recurrent_model_is_int16_on_u55_and_int8_on_u85():
+    from recurrent_lowering.examples import models
+
+    f = _features(*models.build("gru_a"))
+    assert precision.choose(f, precision.load_costs("ethos-u55-128")).name == "int16"
+    assert precision.choose(f, precision.load_costs("ethos-u85-256")).name == "int8"
+    # A budget of 0 takes int16 only where the model says it costs nothing at all.
+    zero = precision.choose(f, precision.load_costs("ethos-u55-128"), budget=0.0)
+    assert zero.estimates[zero.name] <= zero.int8_estimate
+
+
+def test_unknown_target_names_the_fitted_ones():
+    with pytest.raises(precision.CostModelError, match="ethos-u55"):
+        precision.load_costs("ethos-u99-512")
+
+
+def test_auto_lowers_the_recurrent_layer_in_int16_and_beats_int8():
+    """crnn on ethos-u55-128: auto keeps the convolutions in int8 and the GRU in int16, is
+    closer to torch eager than int8, and rescales the GRU's output after the head's select
+    (64 values), not the whole sequence (49 x 64)."""
+    from recurrent_lowering.examples import models
+
+    model, inputs = models.build("crnn")
+    auto = flow.lower(model, inputs, "ethos-u55-128")
+    assert auto.precision.name == "int16_recurrent"
+    int8 = flow.lower(model, inputs, "ethos-u55-128", activations="int8")
+    assert int8.precision is None
+    sqnr = {
+        name: flow.check_numerics(r, model, inputs).sqnr_db
+        for name, r in (("auto", auto), ("int8", int8))
+    }
+    assert sqnr["auto"] > sqnr["int8"] + 2, sqnr
+    rescaled = [op.mac_count for op in auto.vela.ops if op.original_op == "Rescale"]
+    assert 49 * 160 in rescaled  # the GRU's input, int8 -> int16
+    assert 49 * 64 not in rescaled  # not every step's output: the head reads the last
