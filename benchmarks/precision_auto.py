@@ -45,6 +45,7 @@ def _measure(model: str, target: str) -> dict:
             "cycles": result.vela.summary.cycles,
             "sqnr_db": round(numerics.sqnr_db, 2),
             "lowering_s": round(sum(result.times.get(k, 0.0) for k in LOWERING), 2),
+            "choice_s": round(result.times.get("precision", 0.0), 2),
         }
         if result.precision is not None:
             row[mode]["choice"] = result.precision.report()

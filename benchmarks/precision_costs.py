@@ -6,6 +6,8 @@ per-layer tables and summaries:
 
   mac[bits]     NPU cycles per MAC of the products Vela finds compute-bound (NPU cycles
                 above every memory's access cycles) in the all-int8 / all-int16 table;
+  vector_mac    cycles per MAC of the recurrent steps' products with R (a matrix times one
+                vector: bandwidth-bound on U55, at a low MAC rate on U85), per precision;
   weight_byte   access cycles per byte of traffic in the memory the weights live in
                 (off-chip flash or DRAM if used, else SRAM), all-int8 summary;
   activation16  the CLAMPs an int16 program keeps apart (int8 fuses them into the product
@@ -61,6 +63,14 @@ def _mac(rows) -> float:
     return sum(float(r["NPU"]) for r in bound) / sum(int(r["MAC Count"]) for r in bound)
 
 
+def _vector_mac(rows, step_macs: set) -> float:
+    """Cycles per MAC of the recurrent steps' products (rows with a step's MAC count)."""
+    steps = [
+        r for r in rows if r["Original Operator"] in PRODUCTS and int(r["MAC Count"]) in step_macs
+    ]
+    return sum(float(r["Op Cycles"]) for r in steps) / sum(int(r["MAC Count"]) for r in steps)
+
+
 def _weight_byte(summary) -> float:
     kinds = summary.cycles_by_kind
     for memory, traffic in (
@@ -74,14 +84,11 @@ def _weight_byte(summary) -> float:
 
 
 def _features(model: str):
-    import torch
-
     from recurrent_lowering.backends.executorch_arm import precision
-    from recurrent_lowering.backends.executorch_arm.flow import _module_of
     from recurrent_lowering.examples import models
 
     module, inputs = models.build(model)
-    return precision.features(_module_of(torch.export.export(module, inputs)).graph)
+    return precision.features(precision.exported_graph(module, inputs))
 
 
 def fit(model: str, target: str, work: pathlib.Path) -> dict:
@@ -91,8 +98,10 @@ def fit(model: str, target: str, work: pathlib.Path) -> dict:
     rows = {v: [op.raw for op in r.ops] for v, r in results.items()}
     f = _features(model)
     clamps = sum(float(r["Op Cycles"]) for r in rows["int16"] if r["Original Operator"] == "Clamp")
+    step_macs = {p.macs for p in f.recurrent if p.vector}
     costs = {
         "mac": {"int8": _mac(rows["int8"]), "int16": _mac(rows["int16"])},
+        "vector_mac": {b: _vector_mac(rows[b], step_macs) for b in ("int8", "int16")},
         "weight_byte": _weight_byte(results["int8"].summary),
         "activation16": clamps / f.activation_elems if f.activation_elems else 0.0,
         "rescale": _per(rows["int16_recurrent"], "Rescale"),

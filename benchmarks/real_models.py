@@ -243,12 +243,13 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def lower(path: str, target: str, calibration: str, work: str) -> dict:
+def lower(path: str, target: str, calibration: str, work: str, quantization: str) -> dict:
     """Runs the CLI; the record: wall time, and the report or the error."""
     stem = os.path.join(work, f"{os.path.basename(path)}.{target}")
     args = [
         path,
         f"--target={target}",
+        f"--quantization={quantization}",
         f"--calibration={calibration}",
         f"--report={stem}.json",
         f"--output={stem}.pte",
@@ -296,7 +297,7 @@ def row(record: dict) -> str:
     head = f"| {record['model']} | {record['target']} | {_cell(shapes)} | {record['wall_s']:.1f} |"
     if record["status"] != "ok":
         error = "timeout" if record["status"] == "timeout" else f"`{_cell(record['error'])}`"
-        return head + " - | - | - | - | - | " + error + " |"
+        return head + " - | - | - | - | - | - | " + error + " |"
     r = record["report"]
     ops, nodes = r["ops"], r.get("recurrent_nodes") or {}
     reasons = "; ".join(f"{_cell(k)} ({v})" for k, v in sorted(ops["cpu_reasons"].items()))
@@ -310,16 +311,27 @@ def row(record: dict) -> str:
     return (
         f"{head} {ops['delegated']} / {ops['cpu']}{delegates} | {reasons or '-'} | "
         f"{'-' if cycles is None else f'{cycles:,}'} | "
-        f"{'-' if sqnr is None else f'{sqnr:.1f}'} | {kinds} | |"
+        f"{'-' if sqnr is None else f'{sqnr:.1f}'} | {_precision(r)} | {kinds} | |"
     )
+
+
+def _precision(report: dict) -> str:
+    """What --quantization gave the activations: auto's choice, or the explicit one."""
+    quant = report.get("quantization") or {}
+    auto = quant.get("auto")
+    if quant.get("activations") != "auto" or not auto:
+        return str(quant.get("activations") or "int8")
+    return auto["choice"] if "regions" in auto else f"int8 ({auto['why']})"
 
 
 def header(args, command: str) -> list[str]:
     return [
         "Pretrained recurrent models from PyPI releases (pinned in "
         "`benchmarks/real_models.py`), lowered by `//tools:lower` to each target with a "
-        "synthetic speech-like calibration input (int8; one sample per input, see the script's "
-        f"docstring; T = {args.frames} where the time axis is dynamic). Time is the CLI's "
+        "synthetic speech-like calibration input (one sample per input, see the script's "
+        f"docstring; T = {args.frames} where the time axis is dynamic) and `--quantization "
+        f"{args.quantization}` (the precision column: what it gave the activations, auto's "
+        "choice per region: int8, int16_recurrent or int16). Time is the CLI's "
         f"wall time (timeout {TIMEOUT_S} s). Cycles are Vela's estimate. SQNR is the TOSA "
         "reference model against onnxruntime running the original fp32 model on the same "
         "input. Recurrent nodes: as torch modules / as layer ops / unrolled / time "
@@ -330,8 +342,8 @@ def header(args, command: str) -> list[str]:
         f"{datetime.date.today().isoformat()}; 2-core machine, load from other jobs.",
         "",
         "| model | target | input | time s | delegated / CPU ops (delegates) | CPU ops' reasons | "
-        "Vela cycles | SQNR dB | recurrent nodes | error |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "Vela cycles | SQNR dB | precision | recurrent nodes | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
 
@@ -345,6 +357,7 @@ def main() -> None:
     )
     parser.add_argument("--targets", default="ethos-u55-128,ethos-u85-256")
     parser.add_argument("--frames", type=int, default=100, help="T where time is dynamic")
+    parser.add_argument("--quantization", default="auto", help="the CLI's --quantization")
     parser.add_argument(
         "--cache", default=os.path.expanduser("~/.cache/recurrent_lowering/real_models")
     )
@@ -358,6 +371,8 @@ def main() -> None:
     flags += [f"--models {args.models}"] if args.models else []
     flags += [f"--targets {args.targets}"] if args.targets != parser.get_default("targets") else []
     flags += [f"--frames {args.frames}"] if args.frames != parser.get_default("frames") else []
+    if args.quantization != parser.get_default("quantization"):
+        flags += [f"--quantization {args.quantization}"]
     if "BUILD_WORKING_DIRECTORY" in os.environ:  # under bazel run
         command = f"./bazelw run //benchmarks:real_models -- {' '.join(flags)}"
     else:
@@ -389,7 +404,8 @@ def main() -> None:
                     "file": model.member,
                     "target": target,
                     "input_shapes": {n: list(a.shape) for n, a in feeds.items()},
-                    **lower(path, target, calibration, work),
+                    "quantization": args.quantization,
+                    **lower(path, target, calibration, work, args.quantization),
                 }
                 records.append(record)
                 rows.append(row(record))

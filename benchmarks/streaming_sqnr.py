@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from absl import app, flags
 
-from recurrent_lowering.backends.executorch_arm import arm_hooks, flow, streaming
+from recurrent_lowering.backends.executorch_arm import arm_hooks, flow, precision, streaming
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 from recurrent_lowering.benchmarks import caller_directory
 from recurrent_lowering.examples import models
@@ -30,8 +30,9 @@ flags.DEFINE_string("target", "ethos-u55-128", "Ethos-U or TOSA-1.0+INT[+int16] 
 flags.DEFINE_enum(
     "activations",
     "int8",
-    ["int8", "int16", "int16_state"],
-    "activation precision; int16_state: int8 program, the recurrent step in int16 (loop form)",
+    ["auto", "int8", "int16", "int16_state"],
+    "activation precision; int16_state: int8 program, the recurrent step in int16 (loop "
+    "form); auto: what flow.lower's default chooses per region for the target",
 )
 flags.DEFINE_bool("share_state", True, "h_n shares h0's quantization parameters")
 flags.DEFINE_integer("frames", 1000, "frames in the closed loop")
@@ -49,11 +50,17 @@ def measure(target, activations, share_state, frames, calibration_frames=512, ar
     calibration = streaming.fp32_states(
         module, streaming.frames(calibration_frames, x_shape, seed=1), h0
     )
+    recurrent = None
+    if activations == "auto":
+        choice = precision.choose_for(module, inputs, target)
+        print(f"auto chose {choice.name}: {choice.report()}")
+        activations, recurrent = choice.rest, choice.recurrent
     plan = ArmPlan(
         target,
         strategy="loop" if activations == "int16_state" else "auto",
         activations="int16" if activations == "int16" else "int8",
         state_bits=16 if activations == "int16_state" else 8,
+        recurrent_activations=recurrent if recurrent != activations else None,
     )
     result = flow.lower(
         module,

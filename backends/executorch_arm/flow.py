@@ -380,6 +380,29 @@ def lower(
         own = sorted((out_dir / "output").glob(f"out_summary_{system_config}.csv"))
         if own:  # ExecuTorch's Vela call writes this when dumping artifacts
             result.executorch_vela = vela.parse_summary_csv(own[0])
+    if choice is not None and choice.name != "int8":
+        measured = result.vela.summary.cycles if result.vela is not None else None
+        if measured is not None and precision.overran(choice, measured):
+            fallback = lower(
+                module,
+                example_inputs,
+                target,
+                out_dir,
+                calibration_inputs,
+                quantize_model,
+                system_config,
+                memory_mode,
+                run_vela,
+                decomposition=decomposition,
+                activations="int8",
+                strategy=strategy,
+                state_bits=state_bits,
+                recurrent_weight_bits=recurrent_weight_bits,
+                progress=progress,
+            )
+            why = f"{choice.name} measured {measured:,} cycles, over the budget"
+            fallback.precision = precision.fell_back(choice, why)
+            return fallback
     return result
 
 

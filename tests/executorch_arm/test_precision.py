@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow, precision
-from recurrent_lowering.backends.executorch_arm.flow import _module_of
 from recurrent_lowering.examples.models import CRNN
 
 
@@ -20,7 +19,7 @@ def _small_crnn():
 
 
 def _features(model, inputs):
-    return precision.features(_module_of(torch.export.export(model, inputs)).graph)
+    return precision.features(precision.exported_graph(model, inputs))
 
 
 def test_features_split_the_program_into_regions():
@@ -28,7 +27,8 @@ def test_features_split_the_program_into_regions():
     # GRU 64->16, T=12: one projection over all steps, then R (48x16) and 48 gate values
     # once a step.
     assert f.recurrent[0] == precision.Product(12 * 48 * 64, 48 * 64)
-    assert f.recurrent[1:] == [precision.Product(48 * 16, 48 * 16, gate_elems=48)] * 12
+    step = precision.Product(48 * 16, 48 * 16, gate_elems=48, vector=True)
+    assert f.recurrent[1:] == [step] * 12
     # Three convolutions (16, 32, 32 channels, frequency halved each) and the head.
     conv_macs = [12 * 8 * 16 * 1 * 9, 12 * 4 * 32 * 16 * 9, 12 * 2 * 32 * 32 * 9]
     assert [p.macs for p in f.rest] == [*conv_macs, 16 * 4]
@@ -91,3 +91,17 @@ def test_auto_lowers_the_recurrent_layer_in_int16_and_beats_int8():
     rescaled = [op.mac_count for op in auto.vela.ops if op.original_op == "Rescale"]
     assert 49 * 160 in rescaled  # the GRU's input, int8 -> int16
     assert 49 * 64 not in rescaled  # not every step's output: the head reads the last
+
+
+def test_a_choice_that_overran_falls_back_to_int8():
+    """flow.lower and the CLI lower again in int8 when Vela measures the chosen program far
+    beyond the budget over the model's int8 estimate (its error: MODEL_SLACK)."""
+    estimates = {"int16": 1000.0, "int16_recurrent": 1000.0, "int8": 1000.0}
+    choice = precision.Choice("int16", "int16", "int16", estimates, budget=0.03)
+    limit = 1000 * 1.03 * precision.MODEL_SLACK
+    assert not precision.overran(choice, int(limit))
+    assert precision.overran(choice, int(limit) + 1)
+    fallback = precision.fell_back(choice, "int16 measured 2,000 cycles, over the budget")
+    assert not precision.overran(fallback, 10**9)  # int8 is never re-lowered
+    assert fallback.report()["regions"] == {"recurrent layers": "int8", "rest": "int8"}
+    assert fallback.report()["fallback"] == "int16 measured 2,000 cycles, over the budget"

@@ -237,7 +237,7 @@ def lower(source, options, staging, output, report, progress) -> None:
 
 
 def _lower(source, options, staging, output, report, progress) -> None:
-    from recurrent_lowering.backends.executorch_arm import flow
+    from recurrent_lowering.backends.executorch_arm import flow, precision
 
     onnx = None
     if source.kind == "onnx":
@@ -269,10 +269,11 @@ def _lower(source, options, staging, output, report, progress) -> None:
     work = tempfile.mkdtemp(prefix="lower-")
     try:
         choice = _precision(options, report["target"], module, example, report)
-        plan = _plan(options, report["target"], choice)
-        quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(plan)
         vela_options = _vela_options(options, report["target"])
-        try:
+
+        def attempt(choice):
+            plan = _plan(options, report["target"], choice)
+            quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(plan)
             result = flow.lower(
                 module,
                 example,
@@ -285,6 +286,23 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 progress=progress,
                 **vela_options,
             )
+            return result, partitioners, quantizers
+
+        try:
+            try:
+                result, partitioners, quantizers = attempt(choice)
+            except Exception as e:  # auto's int16 choice that does not lower: int8 does
+                if choice is None or choice.name == "int8":
+                    raise
+                choice = precision.fell_back(choice, f"{choice.name} did not lower: {e}")
+                report["warnings"].append(f"--quantization auto: {choice.fallback}; int8")
+                result, partitioners, quantizers = attempt(choice)
+            measured = result.vela.summary.cycles if result.vela is not None else None
+            if choice is not None and measured is not None and precision.overran(choice, measured):
+                why = f"{choice.name} measured {measured:,} cycles, over the budget"
+                choice = precision.fell_back(choice, why)
+                report["warnings"].append(f"--quantization auto: {why}; lowered again in int8")
+                result, partitioners, quantizers = attempt(choice)
         except flow.FlowError as e:
             raise LoweringError(str(e)) from e
         except Exception as e:  # Vela refusing a configuration: its own message says why
