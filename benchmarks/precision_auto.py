@@ -80,10 +80,10 @@ def _table(rows: list, et: dict, command: str) -> str:
         "model's example input. Lowering s: choice + quantize + export + "
         "to_edge_transform_and_lower, wall seconds on a shared 2-core machine (noisy).",
         "- ET: ExecuTorch 1.5.1's own int8 lowering (docs/results/arm_benchmark.md), where "
-        "measured.",
+        "measured. No choice here fell back to int8 (`quantization.auto.fallback`).",
         "",
         "| model | target | auto chose | int8 cycles | auto cycles | auto / int8 | ET cycles "
-        "| int8 SQNR dB | auto SQNR dB | gain dB | lowering s int8 / auto |",
+        "| int8 SQNR dB | auto SQNR dB | gain dB | lowering s int8 / auto (of it: choice) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -98,7 +98,7 @@ def _table(rows: list, et: dict, command: str) -> str:
             f"{auto['cycles']:,} | {auto['cycles'] / i8['cycles']:.3f} | "
             f"{f'{et_cycles:,}' if et_cycles else '-'} | {i8['sqnr_db']} | "
             f"{auto['sqnr_db']} | {auto['sqnr_db'] - i8['sqnr_db']:+.1f} | "
-            f"{i8['lowering_s']} / {auto['lowering_s']} |"
+            f"{i8['lowering_s']} / {auto['lowering_s']} ({auto.get('choice_s', '-')}) |"
         )
     return "\n".join(lines) + "\n"
 

@@ -271,6 +271,8 @@ def lower(
             recurrent_weight_bits,
             recurrent_activations=recurrent_activations,
         )
+    if choice is not None and choice.name != "int8":
+        return _lower_choice(choice, times, locals())
     quantizer_factory, partitioner_factory = factories(
         decomposition, plan, quantizer_factory, partitioner_factory
     )
@@ -357,7 +359,7 @@ def lower(
         memory_mode=memory_mode,
         program_module=program_module,
         loop_programs=loop_programs,
-        precision=choice,
+        precision=choice,  # (int8, when auto chose it)
     )
     if mapping is not None:
         result.input_map, result.output_map, result.input_quant, result.output_quant = mapping
@@ -380,30 +382,31 @@ def lower(
         own = sorted((out_dir / "output").glob(f"out_summary_{system_config}.csv"))
         if own:  # ExecuTorch's Vela call writes this when dumping artifacts
             result.executorch_vela = vela.parse_summary_csv(own[0])
-    if choice is not None and choice.name != "int8":
-        measured = result.vela.summary.cycles if result.vela is not None else None
-        if measured is not None and precision.overran(choice, measured):
-            fallback = lower(
-                module,
-                example_inputs,
-                target,
-                out_dir,
-                calibration_inputs,
-                quantize_model,
-                system_config,
-                memory_mode,
-                run_vela,
-                decomposition=decomposition,
-                activations="int8",
-                strategy=strategy,
-                state_bits=state_bits,
-                recurrent_weight_bits=recurrent_weight_bits,
-                progress=progress,
-            )
-            why = f"{choice.name} measured {measured:,} cycles, over the budget"
-            fallback.precision = precision.fell_back(choice, why)
-            return fallback
     return result
+
+
+def _lower_choice(choice, times: dict, args: dict) -> LoweringResult:
+    """Lower auto's int16 `choice` (args: lower's, with its plan); lower again in int8 if
+    Vela refuses it or measures it beyond the budget by more than the model's error."""
+    keep = ("module", "example_inputs", "target", "artifact_dir", "calibration_inputs")
+    keep += ("quantize_model", "system_config", "memory_mode", "run_vela", "decomposition")
+    keep += ("strategy", "state_bits", "recurrent_weight_bits", "progress")
+    common = {k: args[k] for k in keep}
+    try:
+        result = lower(**common, plan=args["plan"])
+    except Exception as e:  # int8 is the answer to whatever int16 hit
+        why = f"{choice.name} did not lower: {e}"
+    else:
+        measured = result.vela.summary.cycles if result.vela is not None else None
+        if measured is None or not precision.overran(choice, measured):
+            result.precision = choice
+            result.times = {**times, **result.times}
+            return result
+        why = f"{choice.name} measured {measured:,} cycles, over the budget"
+    fallback = lower(**common, activations="int8")
+    fallback.precision = precision.fell_back(choice, why)
+    fallback.times = {**times, **fallback.times}
+    return fallback
 
 
 def _drop_artifact_path(lowered_modules) -> None:

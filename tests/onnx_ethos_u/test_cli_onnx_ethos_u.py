@@ -152,6 +152,9 @@ def test_bidirectional_layer_written_by_hand_runs_whole_on_u55(tmp_path):
     assert set(report["ops"]["cpu_reasons"]) == {"q/dq at delegate boundary"}
     assert report["vela"]["delegates"] == 1
     assert 25.0 < report["numerics"]["sqnr_db"] < 80
+    # Vela refuses this program in int16 (docs/precision.md): auto lowers it again in int8.
+    assert report["quantization"]["auto"]["fallback"].startswith("int16 did not lower: ")
+    assert any(w.startswith("--quantization auto: int16 did not lower") for w in report["warnings"])
 
 
 def test_silero_vad_reaches_u55_whole(tmp_path):
