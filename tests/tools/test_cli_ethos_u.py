@@ -41,14 +41,18 @@ def test_report_keys_have_real_values(tmp_path):
     assert (tmp_path / "tiny_gru.error.png").read_bytes()[:4] == b"\x89PNG"
     # The summary on stdout is Markdown, not Vela's own report.
     assert result.stdout.startswith("## tiny_gru -> ethos-u55-128")
-    # --quantization auto: a GRU streaming R from flash on U55 gets int16 for free.
+    # --quantization auto: the cost model takes int16 for free on a GRU streaming R from
+    # flash, but at 4 steps of 16 values Vela measures it well over int8 (9,195 cycles
+    # against 6,975): lowered again in int8, and the report says so.
     auto = report["quantization"]["auto"]
     assert report["quantization"]["activations"] == "auto"
-    assert auto["choice"] == "int16"
-    assert auto["regions"] == {"recurrent layers": "int16", "rest": "int16"}
+    assert auto["estimated_cycles"]["int16"] <= auto["estimated_cycles"]["int8"] * 1.03
+    assert auto["choice"] == "int8"
+    assert auto["fallback"].startswith("int16 measured ")
+    assert auto["regions"] == {"recurrent layers": "int8", "rest": "int8"}
     assert auto["cycles"] == report["vela"]["cycles"]
-    assert auto["cycles"] <= auto["int8_cycles_estimate"] * (1 + auto["budget"])
-    assert "| quantization | auto: recurrent layers int16, rest int16 (int8: ~" in result.stdout
+    assert any(w.startswith("--quantization auto: int16 measured") for w in report["warnings"])
+    assert "| quantization | auto: int8 (int16 measured " in result.stdout
     assert report["vela"]["memory_mode"] == "Shared_Sram"  # ExecuTorch's default for U55
     assert report["vela"]["dram_bytes"] == 0 and "| DRAM |" not in result.stdout
     assert report["numerics"]["inputs"] == "example inputs"

@@ -118,6 +118,8 @@ def _activations(quant: dict) -> str:
         return quant["activations"]
     if "regions" not in auto:
         return f"auto: int8 ({auto['why']})"
+    if "fallback" in auto:
+        return f"auto: int8 ({auto['fallback']})"
     regions = ", ".join(f"{region} {bits}" for region, bits in auto["regions"].items())
     int8 = auto.get("int8_cycles_estimate")
     return f"auto: {regions}" + (f" (int8: ~{int8:,} cycles)" if int8 else "")
