@@ -8,10 +8,11 @@
 (`recurrent_lowering` is whatever name the workspace gave this repository.) Each model is one
 action running //tools:lower through tools/npu_action.py in the pinned Python environment
 (@recurrent_lowering_python). Its inputs are the model, the calibration data, the Python
-sources of the route the model takes (an .onnx rewritten to ONNX reads none of the ExecuTorch
-adapter, a .pt2 none of the ONNX one) and the environment's launcher and identity; no input
-or argument is an absolute path. So the action is cached, sandboxed and remote-executable like
-any other, with one key in every checkout and on every machine with that environment.
+sources and data files of the route the model takes (an .onnx rewritten to ONNX reads none
+of the ExecuTorch adapter, a .pt2 none of the ONNX one) and the environment's launcher and
+identity; no input or argument is an absolute path. So the action is cached, sandboxed and
+remote-executable like any other, with one key in every checkout and on every machine with
+that environment.
 """
 
 _EXTENSIONS = {"aten": ".pt2", "onnx": ".onnx"}
@@ -78,7 +79,10 @@ def _npu_model_impl(ctx):
     ctx.actions.run(
         executable = ctx.file._python,
         arguments = [action, lower],
-        inputs = depset(inputs, transitive = [_route(ctx)[PyInfo].transitive_sources]),
+        inputs = depset(inputs, transitive = [
+            _route(ctx)[PyInfo].transitive_sources,
+            _route(ctx)[DefaultInfo].default_runfiles.files,  # data: the cost model's constants
+        ]),
         outputs = files.values(),
         mnemonic = "NpuLower",
         progress_message = "Lowering %s for %s" % (ctx.file.model.short_path, target),
