@@ -171,8 +171,9 @@ def create_quantizer(compile_spec, plan: ArmPlan = None):
     quantizer.plan = _plan_for(compile_spec, plan)
     recurrent = quantizer.plan.recurrent_activations
     if recurrent is not None:  # the recurrent layers' region in its own precision
+        config = quantization_config(recurrent)
         for module_type in fallback.RECURRENT_MODULES:
-            quantizer.set_module_type(module_type, quantization_config(recurrent))
+            quantizer.set_module_type(module_type, config)
     return quantizer
 
 

@@ -60,7 +60,7 @@ _ACTIVATIONS = {
     aten.hardtanh_.default,
     aten.clamp.default,
 }
-_MOVES = {
+MOVES = {  # ops that move values without arithmetic
     aten.view.default,
     aten.reshape.default,
     aten.permute.default,
@@ -189,7 +189,7 @@ def _product(node: Node) -> Product:
 
 
 def _root(node):
-    while isinstance(node, Node) and node.op == "call_function" and node.target in _MOVES:
+    while isinstance(node, Node) and node.op == "call_function" and node.target in MOVES:
         node = node.args[0]
     return node
 

@@ -19,37 +19,20 @@ import torch
 from torch.fx import Graph, Node
 from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
 
+from . import precision
 from .fallback import recurrent_layer_of
 
 _Q_KEY = "quantization_annotation"
 aten = torch.ops.aten
 
-# Ops that move values without arithmetic: TOSA lowers them without a rescale.
-_MOVES = {
-    aten.view.default,
-    aten.reshape.default,
-    aten.permute.default,
-    aten.transpose.int,
-    aten.squeeze.dim,
-    aten.squeeze.dims,
-    aten.unsqueeze.default,
-    aten.select.int,
-    aten.slice.Tensor,
-    aten.flatten.using_ints,
-    aten.clone.default,
-    aten.contiguous.default,
-}
+# Ops that move values without arithmetic (TOSA lowers them without a rescale): the cost
+# model's, and the selects and slices that read part of a layer's output.
+_MOVES = precision.MOVES | {aten.select.int, aten.slice.Tensor}
+_FLAG = "recurrent_precision_kept"  # a move kept in its recurrent layer's int16
 
 
 def _inside(node) -> bool:
     return isinstance(node, Node) and recurrent_layer_of(node) is not None
-
-
-def _root(node: Node) -> Node:
-    """The op whose values `node` moves (through data-movement ops)."""
-    while node.op == "call_function" and node.target in _MOVES and isinstance(node.args[0], Node):
-        node = node.args[0]
-    return node
 
 
 def _is_int16(node: Node) -> bool:
@@ -60,16 +43,13 @@ def _is_int16(node: Node) -> bool:
     return _inside(node) and getattr(spec, "dtype", None) == torch.int16
 
 
-_FLAG = "recurrent_precision_kept"
-
-
 def _narrows(annotation, data: Node) -> bool:
     """Whether the annotation quantizes `data` to fewer than 16 bits on the way in."""
     dtype = getattr(annotation.input_qspec_map[data], "dtype", None)
     return dtype is not None and dtype != torch.int16
 
 
-def fold_boundaries(graph: Graph) -> dict:
+def fold_boundaries(graph: Graph) -> int:
     """Keep int16 through the data-movement ops after a recurrent layer; returns how many."""
     folded = 0
     for node in graph.nodes:
