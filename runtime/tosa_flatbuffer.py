@@ -68,6 +68,11 @@ def _main_block(graph: TosaGraph):
     return graph.Regions(0).Blocks(0)
 
 
+def main_block(source: TosaSource):
+    """The first block of the first region (the flatbuffer bindings' TosaBasicBlock)."""
+    return _main_block(_graph(load_bytes(source)))
+
+
 def _tensor_infos(block, names: list[str]) -> list[TensorInfo]:
     by_name = {}
     for i in range(block.TensorsLength()):

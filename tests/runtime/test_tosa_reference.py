@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference
+from recurrent_lowering.runtime import tosa_flatbuffer, tosa_pieces, tosa_reference
 from recurrent_lowering.runtime.quantization import QuantParams
 
 DATA = pathlib.Path(__file__).parent / "testdata"
@@ -95,3 +95,18 @@ def test_input_errors_name_the_tensor():
         tosa_reference.run(INT, [_x()])
     with pytest.raises(ValueError, match="out of range for INT8"):
         tosa_reference.run(INT, [np.full((2, 4), 300, dtype=np.int32)])
+
+
+@pytest.mark.parametrize("path", [FP, INT], ids=["fp", "int"])
+def test_a_graph_run_in_pieces_gives_the_same_outputs_bit_for_bit(path):
+    """One operator a piece: every tensor between two operators crosses a cut."""
+    pieces = tosa_pieces.split(path.read_bytes(), max_ops=1)
+    compute = tosa_flatbuffer.count_ops(path, include_constants=False)
+    assert pieces is not None and len(pieces.graphs) == compute > 2
+    x = _x() if path == FP else _quant()[0][0].quantize(_x())
+    (whole,) = tosa_reference.run(path, [x])
+    (parts,) = tosa_reference.run(path, [x], piece_ops=1)
+    assert whole.dtype == parts.dtype
+    np.testing.assert_array_equal(parts, whole)
+    if path == FP:
+        np.testing.assert_allclose(parts, _eager(x), atol=1e-5)

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
-import tempfile
 from typing import Optional, Sequence
 
 import numpy as np
 import tosa_serializer as ts
 
-from recurrent_lowering.runtime import tosa_flatbuffer
+from recurrent_lowering.runtime import tosa_copy
 
 _CONST_OPS = (ts.Op.CONST, ts.Op.CONST_SHAPE)
 # What an output's tail may hold: requantizations, elementwise arithmetic and lookup tables.
@@ -46,46 +44,11 @@ class TensorSpec:
     dtype: object  # ts.DType
 
 
-def _values(raw, dtype, count: Optional[int] = None) -> np.ndarray:
-    """The element values of a tensor's serialized bytes (the serializer reads back bytes but
-    takes values when writing); `count` elements where the bytes alone do not say (INT4)."""
-    raw = np.asarray(raw, dtype=np.uint8).tobytes()
-    name = dtype.name
-    if name == "INT4":
-        return tosa_flatbuffer.unpack_int4(raw, count)
-    if name == "INT48":  # 6 little-endian bytes per element, sign-extended
-        b = np.frombuffer(raw, np.uint8).reshape(-1, 6).astype(np.int64)
-        v = sum(b[:, k] << (8 * k) for k in range(6))
-        return np.where(v >= 1 << 47, v - (1 << 48), v)
-    if name not in tosa_flatbuffer.NUMPY_DTYPES:
-        raise ValueError(f"cannot copy a constant of TOSA type {name}")
-    return np.frombuffer(raw, tosa_flatbuffer.NUMPY_DTYPES[name]).copy()
-
-
-def _copy_attribute(attr) -> "ts.TosaSerializerAttribute":
-    """A writable attribute with the same fields as `attr` (a TosaXxxAttribute read back)."""
-    kind = type(attr).__name__
-    if not (kind.startswith("Tosa") and kind.endswith("Attribute")):
-        raise TypeError(f"not a TOSA attribute: {kind}")
-    fields = {n: getattr(attr, n) for n in dir(attr) if not n.startswith("_")}
-    out = ts.TosaSerializerAttribute()
-    getattr(out, kind[len("Tosa") :])(**fields)
-    return out
-
-
 class TosaTemplate:
     """The main block of a TOSA flatbuffer, ready to be instantiated into another graph."""
 
     def __init__(self, flatbuffer: bytes):
-        fd, path = tempfile.mkstemp(suffix=".tosa")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(flatbuffer)
-            graph = ts.TosaSerializer("")
-            if not graph.loadTosaFlatbuffer(path):
-                raise ValueError("not a TOSA flatbuffer")
-        finally:
-            os.unlink(path)
+        graph = tosa_copy.load(flatbuffer)
         block = graph.regions[0].basicBlocks[0]
         self._graph = graph  # keeps the block's objects alive
         self.operators = list(block.operators)
@@ -206,7 +169,7 @@ class TosaTemplate:
                 names[name] = constants_prefix + name
                 if names[name] in constants_written:
                     continue
-                values = _values(t.data, t.dtype, int(np.prod(t.shape)))
+                values = tosa_copy.values(t.data, t.dtype, int(np.prod(t.shape)))
                 block.addTensor(names[name], list(t.shape), t.dtype, values)
             else:
                 names[name] = prefix + name
@@ -214,7 +177,9 @@ class TosaTemplate:
         for name, shape in self._shapes.items():  # CONST_SHAPE outputs: shared
             names[name] = constants_prefix + name
             if names[name] not in constants_written:
-                block.addShape(names[name], shape.rank, _values(shape.data, ts.DType.SHAPE))
+                block.addShape(
+                    names[name], shape.rank, tosa_copy.values(shape.data, ts.DType.SHAPE)
+                )
         for i, op in enumerate(self.operators):
             outs = [names[n] for n in op.outputs]
             if op.op in _CONST_OPS:
@@ -224,7 +189,7 @@ class TosaTemplate:
             ins = list(op.inputs)
             view = views.get(ins[0]) if op.op == ts.Op.SLICE else None
             if view is not None:  # SLICE(view, start, size) -> SLICE(source, start + row, size)
-                start = _values(self._shapes[ins[1]].data, ts.DType.SHAPE)
+                start = tosa_copy.values(self._shapes[ins[1]].data, ts.DType.SHAPE)
                 start[0] += view.row
                 shifted = prefix + ins[1] + "_rows"
                 tosa_graph.addConst([len(start)], ts.DType.SHAPE, start.tolist(), name=shifted)
@@ -238,7 +203,7 @@ class TosaTemplate:
                 ins[0] = self._write_copy(
                     block, self._table_tails[i], source, lut + source, names, lut
                 )
-            block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))
+            block.addOperator(op.op, ins, outs, tosa_copy.copy_attribute(op.attributes))
         for k, names_k in (copies or {}).items():
             self._write_tail(block, k, names_k, names, prefix)
 
@@ -264,5 +229,5 @@ class TosaTemplate:
         for i in chain:
             op = self.operators[i]
             ins, outs = [renamed[n] for n in op.inputs], [renamed[n] for n in op.outputs]
-            block.addOperator(op.op, ins, outs, _copy_attribute(op.attributes))
+            block.addOperator(op.op, ins, outs, tosa_copy.copy_attribute(op.attributes))
         return target
