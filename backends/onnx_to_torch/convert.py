@@ -15,8 +15,8 @@ is added here, each because the raw conversion cannot be exported or lowers badl
   Values computed only from constants and static input shapes (the Shape -> Gather ->
   Concat -> Expand chains exporters write for zero initial states) are folded first.
 - Identity becomes `clone()`, a copy the Arm backend would carry; such nodes are dropped.
-- BatchNorm after a grouped ConvTranspose becomes an explicit affine: torch's conv-BN fold,
-  which the PT2E quantizer applies, mishandles that weight layout.
+- Grouped ConvTransposes, which the Arm backend leaves on the CPU, become convolutions or
+  one per group (npu_forms).
 - MatMul by a constant matrix (and its bias Add) becomes nn.Linear, which the Arm
   quantizer quantizes per output channel.
 - The registry stops at opset 17 for several ops. Versions that only added element types
@@ -38,6 +38,7 @@ from torch import nn
 from recurrent_lowering.backends.onnx.input_sizes import input_specs
 from recurrent_lowering.backends.onnx.reader import is_recurrent
 
+from . import npu_forms, static_modules
 from . import recurrent_modules as torch_recurrent
 from .torchvision_stub import torchvision_stub
 
@@ -142,220 +143,6 @@ def _convert_thresholded_relu(node, graph):
     return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
 
 
-# Replacements holding Python ints (ONNX semantics: negative axes count from the back,
-# out-of-range slice bounds clamp, as Python slices do).
-
-
-class StaticSlice(nn.Module):
-    def __init__(self, specs: list):  # [(axis, start, end, step)]
-        super().__init__()
-        self.specs = specs
-
-    def forward(self, x):
-        for axis, start, end, step in self.specs:
-            axis %= x.dim()
-            lead = (slice(None),) * axis
-            if step > 0:
-                x = x[lead + (slice(start, end, step),)]
-                continue
-            picked = range(x.shape[axis])[slice(start, end, step)]
-            first = x.shape[axis] - 1 - picked.start if len(picked) else 0
-            x = x.flip(axis)[lead + (slice(first, first + len(picked) * -step, -step),)]
-        return x
-
-
-class StaticSplit(nn.Module):
-    def __init__(self, sizes: list, axis: int):
-        super().__init__()
-        self.sizes, self.axis = sizes, axis
-
-    def forward(self, x):
-        return torch.split(x, self.sizes, dim=self.axis)
-
-
-class StaticSqueeze(nn.Module):
-    def __init__(self, axes: list):
-        super().__init__()
-        self.axes = axes
-
-    def forward(self, x):
-        if not self.axes:
-            return x.squeeze()
-        for axis in sorted((a % x.dim() for a in self.axes), reverse=True):
-            x = x.squeeze(axis)
-        return x
-
-
-class StaticUnsqueeze(nn.Module):
-    def __init__(self, axes: list):
-        super().__init__()
-        self.axes = axes
-
-    def forward(self, x):
-        rank = x.dim() + len(self.axes)
-        for axis in sorted(a % rank for a in self.axes):
-            x = x.unsqueeze(axis)
-        return x
-
-
-class StaticReshape(nn.Module):
-    def __init__(self, shape: list):
-        super().__init__()
-        self.shape = shape
-
-    def forward(self, x):
-        return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(self.shape)])
-
-
-class StaticExpand(nn.Module):
-    def __init__(self, shape: list):
-        super().__init__()
-        self.shape = shape
-
-    def forward(self, x):  # ONNX Expand broadcasts both ways
-        return x.expand(torch.broadcast_shapes(tuple(x.shape), tuple(self.shape)))
-
-
-class StaticPad(nn.Module):
-    """Pad with constant pads. torch pads reflect/edge only over the last 1-3 dims of a
-    tensor with one or two leading dims more (silero-vad's STFT reflects a 2-D [1, N]):
-    the dims before the first padded one are flattened into that batch and restored."""
-
-    def __init__(self, pads: list, mode: str, value: float):
-        super().__init__()
-        rank = len(pads) // 2
-        padded = [a for a in range(rank) if pads[a] or pads[rank + a]] or [rank - 1]
-        self.first = padded[0] if mode != "constant" else 0
-        trailing = range(rank - 1, self.first - 1, -1)  # torch lists the last dim first
-        self.pads = [p for a in trailing for p in (pads[a], pads[rank + a])]
-        self.mode, self.value = mode, value
-
-    def forward(self, x):
-        if self.mode == "constant":
-            return nn.functional.pad(x, self.pads, value=self.value)
-        lead = x.shape[: self.first]
-        y = x.reshape(1, -1, *x.shape[self.first :])
-        y = nn.functional.pad(y, self.pads, mode=self.mode)
-        return y.reshape(*lead, *y.shape[2:])
-
-
-class StaticGather(nn.Module):
-    """Gather with constant indices: a select or a narrow (what silero-vad's state reads
-    are) where the indices allow, index_select otherwise; onnx2torch indexes with the
-    tensor, which torch.export turns into a data-dependent `.item()`."""
-
-    def __init__(self, indices: np.ndarray, axis: int):
-        super().__init__()
-        self.axis, self.shape = axis, list(indices.shape)
-        self.flat = [int(i) for i in indices.reshape(-1)]
-
-    def forward(self, x):
-        axis = self.axis % x.dim()
-        flat = [i % x.shape[axis] for i in self.flat]
-        if not self.shape:
-            return x.select(axis, flat[0])
-        if len(self.shape) == 1 and flat == list(range(flat[0], flat[0] + len(flat))):
-            return x.narrow(axis, flat[0], len(flat))
-        index = torch.tensor(flat, dtype=torch.int64, device=x.device)
-        y = x.index_select(axis, index)
-        return y.reshape(*x.shape[:axis], *self.shape, *x.shape[axis + 1 :])
-
-
-class Square(nn.Module):
-    """Pow(x, 2) as x * x: U55 has no pow (an STFT's power spectrum would leave the NPU)."""
-
-    def forward(self, x):
-        return x * x
-
-
-class StaticScatterND(nn.Module):
-    """ScatterND with constant indices (streaming models' cache writes). Indices that
-    enumerate a block (contiguous ranges, row-major) become slices and a concatenation,
-    which the NPU runs; others an index_put with constant indices. onnx2torch reads the
-    indices with `.tolist()` in `forward`, which torch.export cannot trace."""
-
-    def __init__(self, indices: np.ndarray):
-        super().__init__()
-        self.depth = int(indices.shape[-1])
-        flat = indices.reshape(-1, self.depth).astype(np.int64)
-        self.points = [[int(i) for i in column] for column in flat.T]
-        self.block = _block_of(flat, indices.shape[:-1])  # [(start, size)] per indexed dim
-
-    def forward(self, data, updates):
-        if self.block is None:
-            points = [
-                torch.tensor([i % data.shape[d] for i in column], dtype=torch.int64)
-                for d, column in enumerate(self.points)
-            ]
-            values = updates.reshape(-1, *data.shape[self.depth :])
-            return data.index_put(tuple(points), values)
-        sizes = [size for _, size in self.block]
-        return _replace_block(
-            data, updates.reshape(*sizes, *data.shape[self.depth :]), self.block, 0
-        )
-
-
-def _block_of(flat: np.ndarray, grid: tuple):
-    """[(start, size)] per indexed dim if `flat` lists a block in row-major order."""
-    if flat.size == 0 or (flat < 0).any():
-        return None
-    starts, stops = flat.min(axis=0), flat.max(axis=0) + 1
-    ranges = [np.arange(a, b) for a, b in zip(starts, stops)]
-    mesh = np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).reshape(-1, flat.shape[1])
-    if mesh.shape != flat.shape or not (mesh == flat).all():
-        return None
-    return [(int(a), int(b - a)) for a, b in zip(starts, stops)]
-
-
-def _replace_block(data, block, where: list, dim: int):
-    """`data` with the block at `where` (from `dim` on) replaced by `block`."""
-    if dim == len(where):
-        return block
-    start, size = where[dim]
-    inner = _replace_block(data.narrow(dim, start, size), block, where, dim + 1)
-    parts = [data.narrow(dim, 0, start), inner]
-    parts.append(data.narrow(dim, start + size, data.shape[dim] - start - size))
-    return torch.cat([p for p in parts if p.shape[dim] > 0], dim)
-
-
-def _static_pad(module, pads, value=None):
-    value = 0.0 if value is None else float(value.reshape(-1)[0])
-    static = StaticPad(_ints(pads), module.mode, value)
-    return None if static.mode != "constant" and len(static.pads) > 6 else static  # 3 dims
-
-
-def _ints(value) -> list:
-    return [int(v) for v in value.reshape(-1).tolist()]
-
-
-def _static_slice(module, starts, ends, axes=None, steps=None):
-    starts, ends = _ints(starts), _ints(ends)
-    axes = _ints(axes) if axes is not None else list(range(len(starts)))
-    steps = _ints(steps) if steps is not None else [1] * len(starts)
-    return StaticSlice(list(zip(axes, starts, ends, steps)))
-
-
-def _static_split(module, sizes=None):
-    return None if sizes is None else StaticSplit(_ints(sizes), module.axis)
-
-
-_STATIC = {
-    "OnnxSlice": _static_slice,
-    "OnnxSplit13": _static_split,
-    "OnnxSqueezeDynamicAxes": lambda module, axes=None: StaticSqueeze(
-        [] if axes is None else _ints(axes)
-    ),
-    "OnnxUnsqueezeDynamicAxes": lambda module, axes: StaticUnsqueeze(_ints(axes)),
-    "OnnxReshape": lambda module, shape: StaticReshape(_ints(shape)),
-    "OnnxExpand": lambda module, shape: StaticExpand(_ints(shape)),
-    "OnnxPadDynamic": _static_pad,
-    "OnnxGather": lambda module, indices: StaticGather(indices.numpy(), module._axis),
-    "OnnxPow": lambda module, exponent: (
-        Square() if exponent.numel() == 1 and exponent == 2 else None
-    ),
-}
-
-
 def _constant(gm: torch.fx.GraphModule, arg):
     """The tensor behind an fx argument if it is a constant (initializer or Constant node)."""
     if arg is None:
@@ -454,57 +241,23 @@ def _make_static(gm: torch.fx.GraphModule) -> dict:
         if kind == "OnnxScatterND":  # only the indices need be constant
             indices, ok = _constant(gm, node.args[1])
             if ok:
-                gm.add_submodule(node.target, StaticScatterND(indices.numpy()))
+                gm.add_submodule(node.target, static_modules.StaticScatterND(indices.numpy()))
                 node.args = (node.args[0], node.args[2])
                 replaced[kind] = replaced.get(kind, 0) + 1
             continue
-        if kind not in _STATIC:
+        if kind not in static_modules.STATIC:
             continue
         constants = [_constant(gm, a) for a in node.args[1:]]
         if not all(ok for _, ok in constants):
             continue  # a data-dependent index: left as is, torch.export will name the node
-        static = _STATIC[kind](gm.get_submodule(node.target), *[v for v, _ in constants])
+        static = static_modules.STATIC[kind](
+            gm.get_submodule(node.target), *[v for v, _ in constants]
+        )
         if static is None:
             continue
         gm.add_submodule(node.target, static)
         node.args = node.args[:1]
         replaced[kind] = replaced.get(kind, 0) + 1
-    return replaced
-
-
-class ChannelAffine(nn.Module):
-    """An eval-mode BatchNorm as x * scale + shift over dim 1."""
-
-    def __init__(self, bn: nn.modules.batchnorm._BatchNorm):
-        super().__init__()
-        scale = bn.weight.detach() / torch.sqrt(bn.running_var + bn.eps)
-        self.register_buffer("scale", scale)
-        self.register_buffer("shift", bn.bias.detach() - bn.running_mean * scale)
-
-    def forward(self, x):
-        view = (1, -1) + (1,) * (x.dim() - 2)
-        return x * self.scale.reshape(view) + self.shift.reshape(view)
-
-
-def _unfuse_grouped_transposed_bn(gm: torch.fx.GraphModule) -> int:
-    """BatchNorm after a grouped ConvTranspose becomes an explicit affine: the PT2E
-    quantizer folds BatchNorm into the convolution before it, and torch's fold gets a
-    grouped transposed weight's layout wrong (GTCRN: "size of tensor a (8) must match
-    the size of tensor b (16)"). Returns how many were replaced."""
-    replaced = 0
-    for node in gm.graph.nodes:
-        if node.op != "call_module":
-            continue
-        module = gm.get_submodule(node.target)
-        if not isinstance(module, nn.modules.batchnorm._BatchNorm):
-            continue
-        source = node.args[0]
-        if not (isinstance(source, torch.fx.Node) and source.op == "call_module"):
-            continue
-        conv = gm.get_submodule(source.target)
-        if isinstance(conv, nn.modules.conv._ConvTransposeNd) and conv.groups > 1:
-            gm.add_submodule(node.target, ChannelAffine(module))
-            replaced += 1
     return replaced
 
 
@@ -670,7 +423,7 @@ def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torc
     _prune(gm)
     _propagate_shapes(gm, model)
     replaced["MatMul/Gemm -> Linear"] = _matmul_to_linear(gm)
-    replaced["BatchNorm after grouped ConvTranspose"] = _unfuse_grouped_transposed_bn(gm)
+    replaced.update(npu_forms.apply(gm))
     _prune(gm)
     replaced["folded constants"] = folded
     gm.replaced_modules = replaced  # {onnx2torch class: count}, for tests and reports
