@@ -193,7 +193,9 @@ class LoopVisitor(NodeVisitor):
             pins[0] = out_q
         pins = {k: q for k, q in pins.items() if q is not None}
         tpl = loop_step.template(program, self.tosa_spec, bool(in_q), pins)
-        w = _Writer(tosa_graph, node.name)
+        loops = [m for m in node.graph.nodes if m.target == node.target]
+        tag = f"rl{loops.index(node)}"  # short names: the serializer's lookups are linear
+        w = _Writer(tosa_graph, tag)
         xs, states0 = inputs[0], [a for a in inputs[1:3] if a.name]
         rows, width = int(states0[0].shape[0]), int(xs.shape[-1])  # batch, gate width
         total = int(np.prod(xs.shape[:-1])) // rows  # the rows xs holds per batch row
@@ -234,10 +236,10 @@ class LoopVisitor(NodeVisitor):
                 }
             tpl.tosa.instantiate(
                 tosa_graph,
-                f"{node.name}_t{t}_",
+                f"{tag}t{t}_",
                 [step_inputs[r] for r in tpl.input_roles],
                 outs,
-                f"{node.name}_const_",
+                f"{tag}_const_",
                 written,
                 copies=copies,
                 private=private,

@@ -54,6 +54,9 @@ class TosaTemplate:
         self.operators = list(block.operators)
         self._tensors = {n: block.getTensorByName(n) for n in block.tensors.keys()}
         self._shapes = {n: block.getShapeByName(n) for n in block.shapes.keys()}
+        # a copy's tensor is `prefix + short name`: the serializer finds a name by a linear
+        # search over the graph's tensors, which short names (held inline) keep cheap
+        self._short = {n: f"{j}" for j, n in enumerate([*self._tensors, *self._shapes])}
         self.inputs = [self._spec(n) for n in block.inputs]
         self.outputs = [self._spec(n) for n in block.outputs]
         self.constants = {
@@ -139,8 +142,8 @@ class TosaTemplate:
 
         `inputs` / `outputs` name existing tensors of `tosa_graph` that take the places of the
         template's inputs / outputs (the caller creates them); an input may instead be a
-        RowView (for inputs with `only_sliced`). Every other tensor is renamed
-        `prefix + name`, constants `constants_prefix + name` and written once (their names are
+        RowView (for inputs with `only_sliced`). Every other tensor is renamed `prefix` + a
+        short name, constants `constants_prefix + name` and written once (their names are
         recorded in `constants_written`).
 
         Vela copies a value that has several readers where one of them is a RESHAPE or a
@@ -172,7 +175,7 @@ class TosaTemplate:
                 values = tosa_copy.values(t.data, t.dtype, int(np.prod(t.shape)))
                 block.addTensor(names[name], list(t.shape), t.dtype, values)
             else:
-                names[name] = prefix + name
+                names[name] = prefix + self._short[name]
                 block.addTensor(names[name], list(t.shape), t.dtype)
         for name, shape in self._shapes.items():  # CONST_SHAPE outputs: shared
             names[name] = constants_prefix + name
@@ -191,7 +194,7 @@ class TosaTemplate:
             if view is not None:  # SLICE(view, start, size) -> SLICE(source, start + row, size)
                 start = tosa_copy.values(self._shapes[ins[1]].data, ts.DType.SHAPE)
                 start[0] += view.row
-                shifted = prefix + ins[1] + "_rows"
+                shifted = prefix + self._short[ins[1]] + "r"
                 tosa_graph.addConst([len(start)], ts.DType.SHAPE, start.tolist(), name=shifted)
                 ins = [view.source, shifted, names[ins[2]]]
             else:
@@ -199,9 +202,9 @@ class TosaTemplate:
             if id(op) in readers:
                 ins[0] = readers[id(op)]
             if i in self._table_tails:  # the TABLE reads its own copy of its input's tail
-                lut, source = f"{prefix}lut{i}_", list(op.inputs)[0]
+                lut, source = f"{prefix}l{i}_", list(op.inputs)[0]
                 ins[0] = self._write_copy(
-                    block, self._table_tails[i], source, lut + source, names, lut
+                    block, self._table_tails[i], source, lut + self._short[source], names, lut
                 )
             block.addOperator(op.op, ins, outs, tosa_copy.copy_attribute(op.attributes))
         for k, names_k in (copies or {}).items():
@@ -214,15 +217,15 @@ class TosaTemplate:
         if not chain:
             raise ValueError(f"output {k} has no tail to copy")
         for j, target in enumerate(targets):
-            self._write_copy(block, chain, out, target, names, f"{prefix}fan{j}_", existing=True)
+            self._write_copy(block, chain, out, target, names, f"{prefix}f{j}_", existing=True)
 
     def _write_copy(self, block, chain, out, target, names, prefix, existing=False) -> str:
-        """The ops `chain` once more, their results renamed `prefix + name` and `out`'s
+        """The ops `chain` once more, their results renamed `prefix` + short name and `out`'s
         `target` (created here unless `existing`); returns target."""
         renamed = dict(names)
         for i in chain:
             for n in self.operators[i].outputs:
-                renamed[n] = target if n == out else prefix + n
+                renamed[n] = target if n == out else prefix + self._short[n]
                 if n != out or not existing:
                     t = self._tensors[n]
                     block.addTensor(renamed[n], list(t.shape), t.dtype)
