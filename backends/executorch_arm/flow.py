@@ -395,7 +395,7 @@ def _lower_choice(choice, times: dict, args: dict) -> LoweringResult:
     try:
         result = lower(**common, plan=args["plan"])
     except Exception as e:  # int8 is the answer to whatever int16 hit
-        why = f"{choice.name} did not lower: {e}"
+        fell_back = precision.did_not_lower(choice, e)
     else:
         measured = result.vela.summary.cycles if result.vela is not None else None
         if measured is None or not precision.overran(choice, measured):
@@ -403,8 +403,9 @@ def _lower_choice(choice, times: dict, args: dict) -> LoweringResult:
             result.times = {**times, **result.times}
             return result
         why = f"{choice.name} measured {measured:,} cycles, over the budget"
+        fell_back = precision.fell_back(choice, why)
     fallback = lower(**common, activations="int8")
-    fallback.precision = precision.fell_back(choice, why)
+    fallback.precision = fell_back
     fallback.times = {**times, **fallback.times}
     return fallback
 

@@ -29,6 +29,7 @@ import json
 import math
 import operator
 import pathlib
+import re
 from typing import Optional
 
 import torch
@@ -269,6 +270,24 @@ def overran(choice: Choice, measured_cycles: int) -> bool:
 def fell_back(choice: Choice, why: str) -> Choice:
     """`choice` replaced by int8 after its lowering failed or overran, saying why."""
     return dataclasses.replace(choice, name="int8", rest="int8", recurrent="int8", fallback=why)
+
+
+def did_not_lower(choice: Choice, error: BaseException) -> Choice:
+    """`choice` replaced by int8 after its lowering raised `error`, the reason in one line:
+    ExecuTorch's pass failures list every pass run before the failing one (dropped) and
+    carry the cause in `__cause__` (kept)."""
+
+    def line(e: BaseException) -> str:
+        text = str(e).strip()
+        text = text.splitlines()[0] if text else type(e).__name__
+        return re.sub(r" after the following passes: \[.*?\]", "", text)
+
+    why = line(error)
+    if error.__cause__ is not None:
+        why += f" ({line(error.__cause__)})"
+    if len(why) > 300:
+        why = why[:297] + "..."
+    return fell_back(choice, f"{choice.name} did not lower: {why}")
 
 
 def fixed_reason(target: str, recurrent_weight_bits: int, keep_recurrent_on_cpu: bool):

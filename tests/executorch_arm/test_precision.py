@@ -105,3 +105,26 @@ def test_a_choice_that_overran_falls_back_to_int8():
     assert not precision.overran(fallback, 10**9)  # int8 is never re-lowered
     assert fallback.report()["regions"] == {"recurrent layers": "int8", "rest": "int8"}
     assert fallback.report()["fallback"] == "int16 measured 2,000 cycles, over the budget"
+
+
+def test_a_lowering_failure_is_one_line_with_its_cause():
+    """ExecuTorch's pass failures name every pass run before (silero-vad's sequence model:
+    a line of several thousand characters); the reason keeps the failure and its cause."""
+    estimates = {"int16": 1000.0, "int16_recurrent": 1000.0, "int8": 1000.0}
+    choice = precision.Choice("int16_recurrent", "int8", "int16", estimates, budget=0.03)
+    passes = ", ".join(["'_ExportedProgramGraphPassAdapter'"] * 200)
+    try:
+        try:
+            raise ValueError("Expected int8 input, got int16\nmore detail")
+        except ValueError as cause:
+            raise RuntimeError(
+                "An error occurred when running the 'X' pass after the following passes: "
+                f"[{passes}]\nsecond line"
+            ) from cause
+    except RuntimeError as e:
+        fallback = precision.did_not_lower(choice, e)
+    assert fallback.name == "int8"
+    assert fallback.fallback == (
+        "int16_recurrent did not lower: An error occurred when running the 'X' pass "
+        "(Expected int8 input, got int16)"
+    )

@@ -294,7 +294,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
             except Exception as e:  # auto's int16 choice that does not lower: int8 does
                 if choice is None or choice.name == "int8":
                     raise
-                choice = precision.fell_back(choice, f"{choice.name} did not lower: {e}")
+                choice = precision.did_not_lower(choice, e)
                 report["warnings"].append(f"--quantization auto: {choice.fallback}; int8")
                 result, partitioners, quantizers = attempt(choice)
             measured = result.vela.summary.cycles if result.vela is not None else None
