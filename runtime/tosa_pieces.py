@@ -37,7 +37,8 @@ class Pieces:
 
 
 def _cuts(operators, tensors, graph_outputs: set, max_ops: int) -> list:
-    """The pieces: lists of operator indices (constants excluded), inputs, outputs."""
+    """[(operator indices of a piece, constants excluded; the tensors it computes that
+    later pieces or the graph's outputs read)]."""
     last_read = {}  # tensor -> index of the last operator reading it
     for i, op in enumerate(operators):
         for name in op.inputs:
@@ -67,7 +68,7 @@ def split(flatbuffer: bytes, max_ops: int = MAX_OPS) -> Optional[Pieces]:
     operators = list(block.operators)
     outputs = list(block.outputs)
     tensors, shapes = _tensors(flatbuffer)
-    cuts = _cuts(operators, tensors, set(outputs), max_ops)
+    cuts = _cuts(operators, {**shapes, **tensors}, set(outputs), max_ops)
     if len(cuts) < 2:
         return None
     producer = {n: i for i, op in enumerate(operators) for n in op.outputs}
