@@ -34,17 +34,10 @@ def load(flatbuffer: bytes) -> "ts.TosaSerializer":
 def values(raw, dtype, count: Optional[int] = None) -> np.ndarray:
     """The element values of a tensor's serialized bytes (the serializer reads back bytes but
     takes values when writing); `count` elements where the bytes alone do not say (INT4)."""
-    raw = np.asarray(raw, dtype=np.uint8).tobytes()
-    name = dtype.name
-    if name == "INT4":
-        return tosa_flatbuffer.unpack_int4(raw, count)
-    if name == "INT48":  # 6 little-endian bytes per element, sign-extended
-        b = np.frombuffer(raw, np.uint8).reshape(-1, 6).astype(np.int64)
-        v = sum(b[:, k] << (8 * k) for k in range(6))
-        return np.where(v >= 1 << 47, v - (1 << 48), v)
-    if name not in tosa_flatbuffer.NUMPY_DTYPES:
-        raise ValueError(f"cannot copy a constant of TOSA type {name}")
-    return np.frombuffer(raw, tosa_flatbuffer.NUMPY_DTYPES[name]).copy()
+    try:
+        return tosa_flatbuffer.decode(raw, dtype.name, count)
+    except ValueError:
+        raise ValueError(f"cannot copy a constant of TOSA type {dtype.name}") from None
 
 
 def copy_attribute(attr) -> "ts.TosaSerializerAttribute":

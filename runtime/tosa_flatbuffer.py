@@ -134,6 +134,22 @@ def unpack_int4(raw, count: int) -> np.ndarray:
     return np.where(v >= 8, v - 16, v).astype(np.int8)
 
 
+def decode(raw, dtype: str, count: int) -> np.ndarray:
+    """The `count` element values of a tensor's serialized bytes (TOSA type name `dtype`):
+    INT4 two to a byte, INT48 six little-endian bytes sign-extended, the rest as numpy reads
+    them. ValueError for a type numpy has no counterpart of."""
+    raw = np.asarray(raw, dtype=np.uint8).tobytes()
+    if dtype == "INT4":
+        return unpack_int4(raw, count)
+    if dtype == "INT48":
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 6).astype(np.int64)
+        v = sum(b[:, k] << (8 * k) for k in range(6))
+        return np.where(v >= 1 << 47, v - (1 << 48), v)
+    if dtype not in NUMPY_DTYPES:
+        raise ValueError(f"cannot read TOSA type {dtype}")
+    return np.frombuffer(raw, NUMPY_DTYPES[dtype]).copy()
+
+
 def constant_values(source: TosaSource, name: str) -> np.ndarray:
     """The values of constant tensor `name` of the main block, in its shape."""
     block = _main_block(_graph(load_bytes(source)))
@@ -142,10 +158,8 @@ def constant_values(source: TosaSource, name: str) -> np.ndarray:
         if t.Name().decode() != name:
             continue
         shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-        raw, dtype = t.DataAsNumpy(), _DTYPE_NAMES.get(t.Type(), str(t.Type()))
-        if dtype == "INT4":
-            return unpack_int4(raw, int(np.prod(shape))).reshape(shape)
-        if dtype not in NUMPY_DTYPES or dtype == "INT48":
+        dtype = _DTYPE_NAMES.get(t.Type(), str(t.Type()))
+        if dtype == "INT48" or (dtype not in NUMPY_DTYPES and dtype != "INT4"):
             raise ValueError(f"tensor {name}: cannot read TOSA type {dtype}")
-        return np.frombuffer(raw.tobytes(), NUMPY_DTYPES[dtype]).reshape(shape)
+        return decode(t.DataAsNumpy(), dtype, int(np.prod(shape))).reshape(shape)
     raise KeyError(f"no tensor {name!r} in the TOSA graph")
