@@ -398,12 +398,11 @@ def _lower_choice(choice, times: dict, args: dict) -> LoweringResult:
         fell_back = precision.did_not_lower(choice, e)
     else:
         measured = result.vela.summary.cycles if result.vela is not None else None
-        if measured is None or not precision.overran(choice, measured):
+        fell_back = precision.over_budget(choice, measured)
+        if fell_back is None:
             result.precision = choice
             result.times = {**times, **result.times}
             return result
-        why = f"{choice.name} measured {measured:,} cycles, over the budget"
-        fell_back = precision.fell_back(choice, why)
     fallback = lower(**common, activations="int8")
     fallback.precision = fell_back
     fallback.times = {**times, **fallback.times}

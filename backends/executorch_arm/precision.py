@@ -272,6 +272,14 @@ def fell_back(choice: Choice, why: str) -> Choice:
     return dataclasses.replace(choice, name="int8", rest="int8", recurrent="int8", fallback=why)
 
 
+def over_budget(choice: Choice, measured_cycles: Optional[int]) -> Optional[Choice]:
+    """`choice` replaced by int8 if Vela's `measured_cycles` overran it (`overran`), saying
+    so; None if it holds or nothing was measured."""
+    if measured_cycles is None or not overran(choice, measured_cycles):
+        return None
+    return fell_back(choice, f"{choice.name} measured {measured_cycles:,} cycles, over the budget")
+
+
 def did_not_lower(choice: Choice, error: BaseException) -> Choice:
     """`choice` replaced by int8 after its lowering raised `error`, the reason in one line:
     ExecuTorch's pass failures list every pass run before the failing one (dropped) and

@@ -105,6 +105,9 @@ def test_a_choice_that_overran_falls_back_to_int8():
     assert not precision.overran(fallback, 10**9)  # int8 is never re-lowered
     assert fallback.report()["regions"] == {"recurrent layers": "int8", "rest": "int8"}
     assert fallback.report()["fallback"] == "int16 measured 2,000 cycles, over the budget"
+    assert precision.over_budget(choice, int(limit)) is None
+    assert precision.over_budget(choice, None) is None
+    assert precision.over_budget(choice, 2000) == fallback
 
 
 def test_a_lowering_failure_is_one_line_with_its_cause():

@@ -298,10 +298,12 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 report["warnings"].append(f"--quantization auto: {choice.fallback}; int8")
                 result, partitioners, quantizers = attempt(choice)
             measured = result.vela.summary.cycles if result.vela is not None else None
-            if choice is not None and measured is not None and precision.overran(choice, measured):
-                why = f"{choice.name} measured {measured:,} cycles, over the budget"
-                choice = precision.fell_back(choice, why)
-                report["warnings"].append(f"--quantization auto: {why}; lowered again in int8")
+            over = precision.over_budget(choice, measured) if choice is not None else None
+            if over is not None:
+                choice = over
+                report["warnings"].append(
+                    f"--quantization auto: {choice.fallback}; lowered again in int8"
+                )
                 result, partitioners, quantizers = attempt(choice)
         except flow.FlowError as e:
             raise LoweringError(str(e)) from e
