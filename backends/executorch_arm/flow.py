@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import logging
 import pathlib
 import tempfile
 import time
@@ -104,6 +105,19 @@ def _timed(times: dict, key: str, progress, label: str):
     times[key] = time.perf_counter() - t0
 
 
+@contextlib.contextmanager
+def _vela_quiet():
+    """ExecuTorch runs Vela with --verbose-all when its Ethos-U backend logs at INFO (absl's
+    default): a million lines and 6 of 43 s on a 45,000-op program, none of which we read."""
+    logger = logging.getLogger("executorch.backends.arm.ethosu.backend")
+    level = logger.level
+    logger.setLevel(max(logging.WARNING, logger.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def _module_of(ep: torch.export.ExportedProgram) -> torch.fx.GraphModule:
     try:
         return ep.module(check_guards=False)
@@ -128,7 +142,14 @@ def compile_spec(target: str, artifact_dir: pathlib.Path, system_config, memory_
     elif target.startswith("ethos-u"):
         from executorch.backends.arm.ethosu import EthosUCompileSpec
 
-        spec = EthosUCompileSpec(target, system_config=system_config, memory_mode=memory_mode)
+        # --verbose-performance: ExecuTorch's own Vela run writes the per-layer table too,
+        # which is then our estimate (own_vela) instead of a second Vela run.
+        spec = EthosUCompileSpec(
+            target,
+            system_config=system_config,
+            memory_mode=memory_mode,
+            extra_flags=["--verbose-performance"],
+        )
     else:
         raise ValueError(f"unknown target {target!r}; expected TOSA-1.0+FP/INT or ethos-uXX-NNN")
     spec.dump_intermediate_artifacts_to(str(artifact_dir))
@@ -219,8 +240,9 @@ def lower(
     """Lower `module` for `target` ("TOSA-1.0+FP", "TOSA-1.0+INT" or "ethos-u55-128", ...).
 
     INT and Ethos-U targets are quantized unless `quantize_model=False`. For Ethos-U targets
-    Vela is re-run on the dumped TOSA with `--verbose-performance` (same accelerator, system
-    config and memory mode as the compile spec) when `run_vela`. `quantizer_factory` and
+    `result.vela` (when `run_vela`) is Vela's per-layer estimate: ExecuTorch's own Vela run's
+    for one delegate, else Vela re-run on each dumped TOSA (same accelerator, system config
+    and memory mode as the compile spec), combined. `quantizer_factory` and
     `partitioner_factory` (called with the compile spec) replace ExecuTorch's defaults, which is
     where our own decomposition plugs in; `decomposition` ("ours" or "executorch") picks the
     defaults for the factories not given. `activations="int16"` quantizes activations to
@@ -282,7 +304,7 @@ def lower(
     quantized = ("+INT" in target or is_ethos) if quantize_model is None else quantize_model
     out_dir = pathlib.Path(artifact_dir or tempfile.mkdtemp(prefix="et_arm_"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    stale = [*out_dir.glob("*.tosa"), *out_dir.glob("output/out_summary_*.csv")]
+    stale = [*out_dir.glob("*.tosa"), *out_dir.glob("output/out_*.csv")]
     for old in stale:  # a previous run's dumps would be counted again
         old.unlink()
     if is_ethos:
@@ -304,7 +326,7 @@ def lower(
             )
     with _timed(times, "export", progress, "export"):
         exported = torch.export.export(module, example_inputs)
-    with _timed(times, "lower", progress, f"partition and lower to {target}"):
+    with _timed(times, "lower", progress, f"partition and lower to {target}"), _vela_quiet():
         edge = to_edge_transform_and_lower(
             exported,
             partitioner=[partitioner_factory(spec)],
@@ -363,26 +385,32 @@ def lower(
     )
     if mapping is not None:
         result.input_map, result.output_map, result.input_quant, result.output_quant = mapping
+    own = sorted((out_dir / "output").glob(f"out_summary_{system_config}.csv"))
+    if own:  # ExecuTorch's Vela call writes this when dumping artifacts
+        result.executorch_vela = vela.parse_summary_csv(own[0])
     if is_ethos and run_vela and tosa_files:
         with _timed(times, "vela", progress, "Vela performance estimate"):
-            # one Vela run per delegate (several when CPU ops sit between NPU parts), combined
-            single = len(tosa_files) == 1
-            runs = [
-                vela.run_vela(
-                    f,
-                    target,
-                    system_config,
-                    memory_mode,
-                    output_dir=out_dir / "vela" if single else out_dir / "vela" / f.stem,
-                )
-                for f in progress.steps(tosa_files, "Vela runs")
-            ]
-            result.vela = vela.combined(runs, out_dir / "vela")
-            result.vela_delegates = len(runs)
-        own = sorted((out_dir / "output").glob(f"out_summary_{system_config}.csv"))
-        if own:  # ExecuTorch's Vela call writes this when dumping artifacts
-            result.executorch_vela = vela.parse_summary_csv(own[0])
+            result.vela = own_vela(out_dir / "output", system_config, len(tosa_files))
+            if result.vela is None:  # one Vela run per delegate (each overwrote the last's)
+                runs = [
+                    vela.run_vela(f, target, system_config, memory_mode, out_dir / "vela" / f.stem)
+                    for f in progress.steps(tosa_files, "Vela runs")
+                ]
+                result.vela = vela.combined(runs, out_dir / "vela")
+            result.vela_delegates = len(tosa_files)
     return result
+
+
+def own_vela(output_dir: pathlib.Path, system_config: str, delegates: int):
+    """The estimate ExecuTorch's own Vela run wrote for a one-delegate program (Vela takes
+    37 s on a 45,000-op loop form: not run twice), or None: several delegates (each run
+    overwrote the files) or no per-layer table."""
+    summary = output_dir / f"out_summary_{system_config}.csv"
+    per_layer = output_dir / "out_per-layer.csv"
+    if delegates != 1 or not (summary.exists() and per_layer.exists()):
+        return None
+    ops = vela.parse_per_layer_csv(per_layer)
+    return vela.VelaResult(vela.parse_summary_csv(summary), ops, output_dir, log="")
 
 
 def _lower_choice(choice, times: dict, args: dict) -> LoweringResult:
