@@ -3,8 +3,9 @@
 Two regions: the recurrent layers (projection, steps, outputs) and the rest of the program
 (conv/FC front-ends, heads). Three candidates, most accurate first: all int16, recurrent
 int16 with the rest int8, all int8. The first whose estimated cycles are within
-`budget` of all-int8's wins. The estimate is a model of Vela, so choosing costs no extra
-lowering:
+`budget` of all-int8's wins; a rest holding an operator the target's Vela refuses in int16
+(INT16_REFUSED) takes no int16 candidate for it. The estimate is a model of Vela, so
+choosing costs no extra lowering:
 
     product of a matrix with one vector (a recurrent step's with R, an FC at T=1):
         MACs * vector_mac[bits]
@@ -24,6 +25,7 @@ on Ethos-U85 (weights in SRAM) the same MACs at half rate cost about 1.6x.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -61,6 +63,14 @@ _ACTIVATIONS = {
     aten.hardtanh_.default,
     aten.clamp.default,
 }
+# Operators Vela refuses in int16 on a target family ("Non-passthrough operation (Conv2D)
+# could not run on NPU", for ExecuTorch's int16 TRANSPOSE_CONV2D; ethos-u85 takes it;
+# tests/executorch_arm/test_precision.py lowers one): a program that holds one cannot have
+# its rest in int16 there, whatever it costs.
+INT16_REFUSED = {
+    family: {aten.conv_transpose1d.default, aten.conv_transpose2d.input}
+    for family in ("ethos-u55", "ethos-u65")
+}
 MOVES = {  # ops that move values without arithmetic
     aten.view.default,
     aten.reshape.default,
@@ -95,6 +105,7 @@ class Features:
     rest: list = dataclasses.field(default_factory=list)  # Product each
     activation_elems: int = 0  # outputs of ReLU/clamp after products of the rest
     boundary_elems: int = 0  # values crossing between the rest's ops and recurrent layers
+    rest_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +118,7 @@ class Choice:
     estimates: dict  # candidate name -> estimated cycles
     budget: float
     fallback: Optional[str] = None  # why the first choice gave way to int8
+    refused: Optional[str] = None  # why the candidates with an int16 rest were not weighed
 
     @property
     def int8_estimate(self) -> float:
@@ -119,6 +131,8 @@ class Choice:
             "budget": self.budget,
             "estimated_cycles": {k: round(v) for k, v in self.estimates.items()},
         }
+        if self.refused:
+            report["refused"] = self.refused
         if self.fallback:
             report["fallback"] = self.fallback
         return report
@@ -220,7 +234,18 @@ def features(graph: Graph) -> Features:
                 f.boundary_elems += _numel(node.args[0])
         elif node.target in _ACTIVATIONS:
             f.activation_elems += _numel(node)
+        if node.target not in SEQUENCE_OPS and node.target not in LAYER_OPS:
+            f.rest_ops[node.target] += 1
     return f
+
+
+def refused(f: Features, target: str) -> Optional[str]:
+    """Why `target`'s Vela cannot take the rest of this program in int16, or None."""
+    family = target.lower().rsplit("-", 1)[0]
+    ops = sorted(str(op) for op in INT16_REFUSED.get(family, ()) if f.rest_ops[op])
+    if not ops:
+        return None
+    return f"Vela refuses {', '.join(ops)} in int16 on {family}"
 
 
 def _cycles(products, bits: str, costs: dict) -> float:
@@ -242,15 +267,18 @@ def estimate(f: Features, rest: str, recurrent: str, costs: dict) -> float:
     return cycles
 
 
-def choose(f: Features, costs: dict, budget: float = DEFAULT_BUDGET) -> Choice:
-    """The most accurate candidate within `budget` of all-int8's estimated cycles."""
+def choose(
+    f: Features, costs: dict, budget: float = DEFAULT_BUDGET, refused: Optional[str] = None
+) -> Choice:
+    """The most accurate candidate within `budget` of all-int8's estimated cycles; none with
+    an int16 rest when `refused` says why the target cannot take one."""
     estimates = {name: estimate(f, rest, rec, costs) for name, rest, rec in CANDIDATES}
     limit = estimates["int8"] * (1 + budget)
     for name, rest, rec in CANDIDATES:
-        if not f.recurrent and rest != rec:
+        if (not f.recurrent and rest != rec) or (refused and rest == "int16"):
             continue
         if estimates[name] <= limit:
-            return Choice(name, rest, rec, estimates, budget)
+            return Choice(name, rest, rec, estimates, budget, refused=refused)
     raise AssertionError("int8 is always within its own budget")
 
 
@@ -319,5 +347,6 @@ def choose_for(
 ) -> Choice:
     """Export `module` (float) and choose its precision per region for `target`."""
     costs = load_costs(target)
-    graph = exported_graph(module, example_inputs)
-    return choose(features(graph), costs, DEFAULT_BUDGET if budget is None else budget)
+    f = features(exported_graph(module, example_inputs))
+    budget = DEFAULT_BUDGET if budget is None else budget
+    return choose(f, costs, budget, refused(f, target))
