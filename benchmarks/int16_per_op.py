@@ -53,7 +53,7 @@ class _Stages:
         pass
 
 
-def _onnx(path: str, calibration: str, target: str):
+def onnx_module(path: str, calibration: str, target: str):
     """(module, inputs) as //tools:lower's ONNX route builds them."""
     from recurrent_lowering.tools.lowering import model_source, onnx_route, report, targets
 
@@ -65,7 +65,7 @@ def _onnx(path: str, calibration: str, target: str):
     return prepared.module, prepared.example
 
 
-def _per_kind(module, inputs, target: str, activations: str, out: pathlib.Path):
+def per_kind(module, inputs, target: str, activations: str, out: pathlib.Path):
     from recurrent_lowering.backends.executorch_arm import flow
     from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 
@@ -90,13 +90,13 @@ def main() -> None:
     if bool(args.layer) == bool(args.onnx):
         parser.error("give --layer or --onnx")
     if args.onnx:
-        module, inputs = _onnx(args.onnx, args.calibration, args.target)
+        module, inputs = onnx_module(args.onnx, args.calibration, args.target)
     else:
         module, inputs = _layer(args.layer)
     with tempfile.TemporaryDirectory() as work:
         totals, tables = {}, {}
         for bits in ("int8", "int16"):
-            totals[bits], tables[bits] = _per_kind(
+            totals[bits], tables[bits] = per_kind(
                 module, inputs, args.target, bits, pathlib.Path(work) / bits
             )
     what = args.layer or pathlib.Path(args.onnx).name
