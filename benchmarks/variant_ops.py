@@ -53,7 +53,7 @@ def main() -> None:
                 "variant": onnx_variants.model(op, attributes, peepholes, *sizes),
                 "baseline": onnx_variants.model(op, base, False, *sizes),
             }
-            work = pathlib.Path(tmp) / label
+            work = pathlib.Path(tmp) / "_".join(label.split())  # no spaces: Vela's argv
             results = {
                 k: _lower(m, args.steps, args.input_size, args.target, work / k)
                 for k, m in models.items()

@@ -304,6 +304,8 @@ def lower(
     is_ethos = target.startswith("ethos-u")
     quantized = ("+INT" in target or is_ethos) if quantize_model is None else quantize_model
     out_dir = pathlib.Path(artifact_dir or tempfile.mkdtemp(prefix="et_arm_"))
+    if is_ethos and " " in str(out_dir.resolve()):  # ExecuTorch splits Vela's argv on spaces
+        raise ValueError(f"artifact_dir {str(out_dir)!r} has a space, which Vela cannot take")
     out_dir.mkdir(parents=True, exist_ok=True)
     stale = [*out_dir.glob("*.tosa"), *out_dir.glob("output/out_*.csv")]
     for old in stale:  # a previous run's dumps would be counted again

@@ -1,6 +1,8 @@
 """tiny_gru lowered for Ethos-U55-128: a .pte with the Vela command stream, Vela's estimates
 for the same TOSA, and the U55-subset TOSA still correct on the reference model."""
 
+import pytest
+
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.examples import models
 from recurrent_lowering.runtime import vela
@@ -34,3 +36,12 @@ def test_tiny_gru_u55(tmp_path):
     ]
 
     assert flow.check_numerics(result, module, inputs).sqnr_db > 40
+
+
+def test_an_artifact_dir_with_a_space_is_refused_before_lowering(tmp_path):
+    """ExecuTorch joins Vela's arguments with spaces and splits them again, so Vela would
+    exit on an unrecognised argument after the whole lowering."""
+    module, inputs = models.build("tiny_gru")
+    with pytest.raises(ValueError, match="has a space"):
+        flow.lower(module, inputs, "ethos-u55-128", tmp_path / "a b", activations="int8")
+    assert not (tmp_path / "a b").exists()
