@@ -1,0 +1,52 @@
+"""histogram_observer.HistogramObserver gives torchao's qparams exactly (its search is the
+same walk over faster scans), for int8 and int16, on tame, heavy-tailed, outlier, constant
+and one-sided activations; quantization_config uses it for activations only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchao.quantization.pt2e import observer
+
+from recurrent_lowering.backends.executorch_arm import histogram_observer
+from recurrent_lowering.backends.executorch_arm.plan import quantization_config
+
+INT16 = dict(dtype=torch.qint32, quant_min=-32768, quant_max=32767)
+
+
+def _inputs():
+    torch.manual_seed(0)
+    return {
+        "normal": [torch.randn(4000)],
+        "heavy tail": [torch.randn(8000) ** 3],
+        "outlier": [torch.cat([torch.randn(3000), torch.tensor([40.0])])],
+        "zeros": [torch.zeros(64)],
+        "one-sided, two batches": [torch.rand(500), torch.rand(700) * 3],
+    }
+
+
+@pytest.mark.parametrize("kwargs", [{}, INT16], ids=["int8", "int16"])
+@pytest.mark.parametrize("name", list(_inputs()))
+def test_same_qparams_as_torchao(name, kwargs):
+    ours, theirs = (
+        histogram_observer.HistogramObserver(**kwargs),
+        observer.HistogramObserver(**kwargs),
+    )
+    for x in _inputs()[name]:
+        ours(x)
+        theirs(x)
+    scale, zero_point = ours.calculate_qparams()
+    expected_scale, expected_zero_point = theirs.calculate_qparams()
+    assert torch.equal(scale, expected_scale) and torch.equal(zero_point, expected_zero_point)
+
+
+def test_the_configs_observe_activations_with_it():
+    for activations in ("int8", "int16"):
+        config = quantization_config(activations)
+        for spec in (config.input_activation, config.output_activation):
+            ctr = spec.observer_or_fake_quant_ctr
+            assert ctr.p.func is histogram_observer.HistogramObserver
+            assert ctr.p.keywords["eps"] > 0  # ExecuTorch's arguments kept
+        assert config.weight.observer_or_fake_quant_ctr.p.func is not (
+            histogram_observer.HistogramObserver
+        )
