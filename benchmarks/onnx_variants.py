@@ -134,14 +134,19 @@ def row(label, target, variant, baseline) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="Markdown table; reports go to OUT.jsonl")
-    parser.add_argument("--targets", default="ethos-u55-128,ethos-u85-256")
+def add_model_flags(parser: argparse.ArgumentParser) -> None:
+    """The variants' sizes and which to run (shared with variant_ops.py)."""
     parser.add_argument("--input_size", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--only", default="", help="comma-separated labels to run")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="Markdown table; reports go to OUT.jsonl")
+    parser.add_argument("--targets", default="ethos-u55-128,ethos-u85-256")
+    add_model_flags(parser)
     args = parser.parse_args()
     caller_directory.enter()
     size = (args.input_size, args.hidden, args.steps)

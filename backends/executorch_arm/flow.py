@@ -393,7 +393,7 @@ def lower(
         result.executorch_vela = vela.parse_summary_csv(own[0])
     if is_ethos and run_vela and tosa_files:
         with _timed(times, "vela", progress, "Vela performance estimate"):
-            result.vela = own_vela(out_dir / "output", system_config, len(tosa_files))
+            result.vela = own_vela(out_dir / "output", result.executorch_vela, len(tosa_files))
             if result.vela is None:  # one Vela run per delegate (each overwrote the last's)
                 runs = [
                     vela.run_vela(f, target, system_config, memory_mode, out_dir / "vela" / f.stem)
@@ -404,16 +404,15 @@ def lower(
     return result
 
 
-def own_vela(output_dir: pathlib.Path, system_config: str, delegates: int):
-    """The estimate ExecuTorch's own Vela run wrote for a one-delegate program (Vela takes
-    37 s on a 45,000-op loop form: not run twice), or None: several delegates (each run
-    overwrote the files) or no per-layer table."""
-    summary = output_dir / f"out_summary_{system_config}.csv"
+def own_vela(output_dir: pathlib.Path, summary: Optional[vela.VelaSummary], delegates: int):
+    """The estimate ExecuTorch's own Vela run wrote for a one-delegate program (`summary`,
+    already read, and the per-layer table beside it; Vela takes 37 s on a 45,000-op loop
+    form: not run twice), or None: several delegates (each run overwrote the files), no
+    summary or no per-layer table."""
     per_layer = output_dir / "out_per-layer.csv"
-    if delegates != 1 or not (summary.exists() and per_layer.exists()):
+    if delegates != 1 or summary is None or not per_layer.exists():
         return None
-    ops = vela.parse_per_layer_csv(per_layer)
-    return vela.VelaResult(vela.parse_summary_csv(summary), ops, output_dir, log="")
+    return vela.VelaResult(summary, vela.parse_per_layer_csv(per_layer), output_dir, log="")
 
 
 def _lower_choice(choice, times: dict, args: dict) -> LoweringResult:
