@@ -41,7 +41,7 @@ def _weights(spec: RecurrentSpec, peephole: bool):
                 r=np.zeros((G * H, spec.output_size), np.float32),
                 b_w=np.ones(G * H, np.float32),
                 b_r=np.ones(G * H, np.float32),
-                peephole=np.ones((3, H), np.float32) if peephole else None,
+                peephole=np.full((3, H), 0.5, np.float32) if peephole else None,  # not 1: kept
                 proj=np.ones((spec.proj_size, H), np.float32) if spec.proj_size else None,
             )
             for _ in range(spec.num_directions)

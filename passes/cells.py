@@ -114,21 +114,27 @@ def lstm(e: Graph, x: Node, state: tuple, p: CellParams) -> tuple:
     hr = e.linear(h, p.r, role=p.role())
     pre = x[..., : (k + 1) * H] + hr[..., : (k + 1) * H]
     pre_g = x[..., (k + 1) * H : (k + 2) * H] + hr[..., (k + 1) * H : (k + 2) * H]
+
+    def block(v, j):  # gate j of a [.., n*H] value
+        return v[..., j * H : (j + 1) * H]
+
     if p.p_o is None:  # no peepholes: i, f, o share one activation
         gates = e.act(act_f, p.clip_(e, pre))
-    else:  # i, f see c, o sees c': two activations
-        gates = e.act(act_f, p.clip_(e, pre[..., : k * H] + p.p_if * e.concat([c] * k, -1)))
-    i = gates[..., :H]
+        i_f = [block(gates, j) for j in range(k)]
+    else:  # i, f see c, o sees c'; an activation each (one over [i|f] needs p_if * [c|c]:
+        # a concat, a copy per step on Ethos-U)
+        i_f = [e.act(act_f, p.clip_(e, block(pre, j) + block(p.p_if, j) * c)) for j in range(k)]
+    i = i_f[0]
     g = e.act(act_g, p.clip_(e, pre_g))
     if p.input_forget:  # f = 1 - i (onnxruntime): c' = (1 - i) * c + i * g
         c_new = c + i * (g - c)
     else:
-        f = gates[..., H : 2 * H]
+        f = i_f[1]
         c_new = f * c + i * g
     if p.p_o is None:
-        o = gates[..., k * H : (k + 1) * H]
+        o = block(gates, k)
     else:
-        o = e.act(act_f, p.clip_(e, pre[..., k * H : (k + 1) * H] + p.p_o * c_new))
+        o = e.act(act_f, p.clip_(e, block(pre, k) + p.p_o * c_new))
     h_new = o * e.act(act_h, c_new)
     if p.proj is not None:
         h_new = e.linear(h_new, p.proj, role=p.role(WeightKind.PROJECTION))

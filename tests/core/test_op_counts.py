@@ -31,8 +31,9 @@ PER_STEP = {
     ("LSTM", "plain"): C(slice=5, linear=1, add=3, sigmoid=1, tanh=2, mul=3),
     # f dropped from the projection; c' = c + i * (g - c)
     ("LSTM", "input_forget"): C(slice=4, linear=1, add=3, sigmoid=1, tanh=2, mul=2, sub=1),
-    # i, f see [c|c]; o sees c' separately
-    ("LSTM", "peephole"): C(slice=6, linear=1, add=5, sigmoid=2, tanh=2, mul=5, concat=1),
+    # i, f, o each see c or c' through their own mul, add and activation (one activation
+    # over [i|f] would need a concat [c|c], a copy per step on Ethos-U)
+    ("LSTM", "peephole"): C(slice=5, linear=1, add=6, sigmoid=3, tanh=2, mul=6),
     # projection: one more linear
     ("LSTM", "proj"): C(slice=5, linear=2, add=3, sigmoid=1, tanh=2, mul=3),
     ("RNN", "plain"): C(linear=1, add=1, tanh=1),
