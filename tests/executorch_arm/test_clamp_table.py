@@ -1,0 +1,53 @@
+"""clamp_table: an int8 clamp before a sigmoid/tanh folds into the TABLE; the lowered
+program computes the same integers without the CLAMP (TOSA reference model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from executorch.backends.arm._passes import arm_pass_manager as apm
+
+from recurrent_lowering.backends.executorch_arm import clamp_table, flow
+
+
+class _Clipped(torch.nn.Module):
+    """Both bounds before a sigmoid, an upper one before a tanh (ONNX clip's shapes)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        return torch.sigmoid(torch.clamp(self.a(x), -1.0, 1.5)), torch.tanh(
+            torch.clamp(self.b(x), max=0.5)
+        )
+
+
+def _case():
+    x = 3 * torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    return _Clipped().eval(), (x,)
+
+
+def _lower(monkeypatch, tmp_path, fold: bool):
+    monkeypatch.setattr(apm, "_registered_pass_insertions", {})  # no other test's passes
+    monkeypatch.setattr(clamp_table, "_installed", not fold)  # lower() installs it if fold
+    module, inputs = _case()
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path)
+    return result, flow.check_numerics(result, module, inputs)
+
+
+def test_the_clamp_folds_and_the_integers_stay(monkeypatch, tmp_path):
+    kept, kept_numerics = _lower(monkeypatch, tmp_path / "kept", fold=False)
+    folded, folded_numerics = _lower(monkeypatch, tmp_path / "folded", fold=True)
+    assert kept.tosa_op_counts.get("CLAMP") == 2 and "CLAMP" not in folded.tosa_op_counts
+    assert folded.tosa_op_counts["TABLE"] == kept.tosa_op_counts["TABLE"] == 2
+    for a, b in zip(kept_numerics.tosa, folded_numerics.tosa):
+        np.testing.assert_array_equal(a, b)
+    # the bounds bite, and the folded program follows torch
+    module, (x,) = _case()
+    with torch.no_grad():
+        clipped = ((module.a(x) < -1) | (module.a(x) > 1.5)).float().mean()
+        clipped_b = (module.b(x) > 0.5).float().mean()
+    assert clipped > 0.2 and clipped_b > 0.2
+    assert folded_numerics.sqnr_db > 30
