@@ -93,9 +93,10 @@ def model(op, attributes, peepholes, input_size, hidden, steps) -> onnx.ModelPro
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def lower(path: str, target: str, calibration: str) -> dict:
+def lower(path: str, target: str, calibration: str, quantization: str) -> dict:
     report = path + f".{target}.json"
     args = [path, f"--target={target}", f"--calibration={calibration}", f"--report={report}"]
+    args.append(f"--quantization={quantization}")
     result = subprocess.run(
         [sys.executable, "-m", "recurrent_lowering.tools.lower", *args],
         capture_output=True,
@@ -146,6 +147,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="Markdown table; reports go to OUT.jsonl")
     parser.add_argument("--targets", default="ethos-u55-128,ethos-u85-256")
+    parser.add_argument(
+        "--quantization", default="int8", help="the CLI's --quantization, the same for both"
+    )
     add_model_flags(parser)
     args = parser.parse_args()
     caller_directory.enter()
@@ -166,17 +170,20 @@ def main() -> None:
                 paths[kind] = os.path.join(tmp, f"{label.replace(' ', '_')}.{kind}.onnx")
                 onnx.save(model(op, attrs, peep, *size), paths[kind])
             for target in args.targets.split(","):
-                reports = {k: lower(p, target, calibration) for k, p in paths.items()}
+                reports = {
+                    k: lower(p, target, calibration, args.quantization) for k, p in paths.items()
+                }
                 rows.append(row(label, target, reports["variant"], reports["baseline"]))
                 records.append({"label": label, "target": target, **reports})
                 print(rows[-1], flush=True)
     header = [
         f"ONNX nodes torch cannot express vs the nearest one it can (I={size[0]}, H={size[1]}, "
-        f"T={size[2]}, batch 1, int8, calibrated on one seeded normal input). Cycles are Vela "
-        "estimates, SQNR is the TOSA reference model against onnxruntime on the original "
-        "model; lowering time is `//tools:lower`'s total on this 2-core machine.",
+        f"T={size[2]}, batch 1, {args.quantization}, calibrated on one seeded normal input). "
+        "Cycles are Vela estimates, SQNR is the TOSA reference model against onnxruntime on "
+        "the original model; lowering time is `//tools:lower`'s total on this 2-core machine.",
         "",
-        f"    ./bazelw run //benchmarks:onnx_variants -- --out {args.out}",
+        f"    ./bazelw run //benchmarks:onnx_variants -- --quantization {args.quantization} "
+        f"--out {args.out}",
         "",
         "| variant | target | variant as | lowering time variant / baseline | Vela cycles | "
         "SQNR dB | CPU ops (besides boundary q/dq) |",

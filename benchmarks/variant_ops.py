@@ -1,8 +1,8 @@
 """Where an ONNX variant's extra cycles go: Vela's per-layer cycles summed per operator kind,
 the variant (benchmarks/onnx_variants.py: peepholes, linear_before_reset=0, clip,
-HardSigmoid, reverse) against the nn-expressible node it departs from, both in int8 through
-the CLI's ONNX route. Shows whether a variant costs more than the arithmetic it adds (Vela
-estimates; Markdown).
+HardSigmoid, reverse) against the nn-expressible node it departs from, both in int8 (or
+int16) through the CLI's ONNX route. Shows whether a variant costs more than the arithmetic
+it adds (Vela estimates; Markdown).
 
   ./bazelw run //benchmarks:variant_ops -- --out OUT.md
 """
@@ -19,27 +19,29 @@ import onnx
 from recurrent_lowering.benchmarks import caller_directory, int16_per_op, onnx_variants
 
 
-def _lower(model: onnx.ModelProto, steps: int, input_size: int, target: str, work: pathlib.Path):
+def _lower(model: onnx.ModelProto, steps, input_size, target, precision, work: pathlib.Path):
     work.mkdir(parents=True)
     path, calibration = work / "model.onnx", work / "calibration.npz"
     onnx.save(model, path)
     x = np.random.default_rng(1).standard_normal((steps, 1, input_size)).astype(np.float32)
     np.savez(calibration, X=x)
     module, inputs = int16_per_op.onnx_module(str(path), str(calibration), target)
-    return int16_per_op.per_kind(module, inputs, target, "int8", work / "lowered")
+    return int16_per_op.per_kind(module, inputs, target, precision, work / "lowered")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--target", default="ethos-u85-256")
+    parser.add_argument("--quantization", default="int8", choices=("int8", "int16"))
     onnx_variants.add_model_flags(parser)
     args = parser.parse_args()
     caller_directory.enter()
     only = set(filter(None, args.only.split(",")))
     sizes = (args.input_size, args.hidden, args.steps)
     lines = [
-        f"Vela cycles per operator kind, int8, {args.target}; I={args.input_size}, "
+        f"Vela cycles per operator kind, {args.quantization}, {args.target}; "
+        f"I={args.input_size}, "
         f"H={args.hidden}, T={args.steps}.",
     ]
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +54,7 @@ def main() -> None:
             }
             work = pathlib.Path(tmp) / "_".join(label.split())  # no spaces: Vela's argv
             results = {
-                k: _lower(m, args.steps, args.input_size, args.target, work / k)
+                k: _lower(m, args.steps, args.input_size, args.target, args.quantization, work / k)
                 for k, m in models.items()
             }
             (total_v, kinds_v), (total_b, kinds_b) = results["variant"], results["baseline"]

@@ -15,7 +15,10 @@ and bias.
 
 row_views               a sequence's steps as row blocks of its 2-D [T*B, X] view (one
                         reshape and one split), Y as one concatenation of the steps' rows
-                        and a reshape: no per-step reshape in the graph (both adapters).
+                        and a reshape: no per-step reshape in the graph (both adapters);
+                        at batch 1, Y's directions [T, D, 1, H] as one concatenation on
+                        the last axis and a reshape (Vela copies an outer-axis one a row
+                        at a time).
 loop_rows               a loop reads the rows of the sequence it steps through in place
                         (`first`, no sliced copy after a peeled step) and through the same
                         [T*B, G] view as the peeled step's row: Vela copies a reshape whose
@@ -150,9 +153,27 @@ def row_views(program: RecurrentProgram, static_batch: bool) -> RecurrentProgram
                 return None
             B, H = shape
             return g.reshape(g.concat(list(args), 0), [len(args), B if static_batch else -1, H])
+        if node.op == "stack" and len(node.args) > 1:
+            return _stack_as_columns(g, node, list(args))
         return None
 
     return program.replace(rebuild(program.outputs, hook))
+
+
+def _stack_as_columns(g, node: Node, args: list):
+    """A stack on an inner axis a ([T, B, O] directions into Y [T, D, B, O]) whose values
+    have size 1 on every axis from a to the last, as a concatenation along the last axis
+    and a reshape: the same memory order. Vela copies a concatenation on an outer axis one
+    row at a time (the BLSTM-style Y of 50 steps: 100 copies of 256 cycles on U85), one on
+    the last axis one value at a time."""
+    shapes = {a.shape for a in node.args}
+    (shape,) = shapes if len(shapes) == 1 else (None,)
+    if shape is None or None in shape:
+        return None
+    a = node.attrs[0] % (len(shape) + 1)
+    if a == len(shape) or any(d != 1 for d in shape[a:-1]):
+        return None
+    return g.reshape(g.concat(args, -1), [*shape[:a], len(args), *shape[a:]])
 
 
 def loop_rows(program: RecurrentProgram) -> RecurrentProgram:

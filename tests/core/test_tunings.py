@@ -27,7 +27,7 @@ def _spec(kind="GRU", **kw):
     )
 
 
-def _lowered(spec, plan: Plan):
+def _lowered(spec, plan: Plan, B=B):
     weights = random_weights(spec, np.random.default_rng(0))
     x_shape = (T, B, IN)
     state = (spec.num_directions, B, spec.output_size)
@@ -35,7 +35,7 @@ def _lowered(spec, plan: Plan):
     return lower(build(spec, weights, shapes=shapes), plan)
 
 
-def _run(program, spec):
+def _run(program, spec, B=B):
     rng = np.random.default_rng(1)
     b = NumpyBuilder()
     bindings = {"x": b.input(rng.uniform(-1, 1, (T, B, IN)))}
@@ -55,9 +55,9 @@ def _kinds(program) -> collections.Counter:
     return kinds
 
 
-def _same_numbers(spec, base: Plan, tuned: Plan):
-    a, b = _lowered(spec, base), _lowered(spec, tuned)
-    for x, y in zip(_run(a, spec), _run(b, spec), strict=True):
+def _same_numbers(spec, base: Plan, tuned: Plan, B=B):
+    a, b = _lowered(spec, base, B), _lowered(spec, tuned, B)
+    for x, y in zip(_run(a, spec, B), _run(b, spec, B), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
     return _kinds(a), _kinds(b), b
 
@@ -93,8 +93,21 @@ def test_row_views_read_steps_as_rows_of_one_view():
     before, after, _ = _same_numbers(spec, base, dataclasses.replace(base, row_views="static"))
     assert before["unstack"] > 0 and after["unstack"] == 0
     assert after["reshape"] > 0 and after["split"] == before["unstack"]
-    # the two directions' time stacks; Y's stack of the directions (axis 1) stays
+    # the two directions' time stacks; Y's stack of the directions (axis 1) stays at B = 2
     assert before["stack"] == 3 and after["stack"] == 1
+
+
+@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
+def test_row_views_stack_the_directions_of_one_sequence_as_columns(strategy):
+    spec = _spec("LSTM")
+    base = Plan(strategy=strategy)
+    before, after, tuned = _same_numbers(
+        spec, base, dataclasses.replace(base, row_views="static"), B=1
+    )
+    assert before["stack"] >= 1 and after["stack"] == 0
+    y = tuned.outputs[0]  # [T, D, 1, H]: the directions' [T, 1, H] side by side, viewed
+    assert y.op == "reshape" and y.shape == (T, 2, 1, H)
+    assert y.args[0].op == "concat" and y.args[0].attrs == (-1,)
 
 
 def test_loop_rows_reads_the_projection_in_place_through_one_view():
