@@ -32,7 +32,7 @@ import torch
 from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference, vela
 from recurrent_lowering.runtime.metrics import sqnr_db
 
-from . import clamp_table, precision, provenance
+from . import clamp_table, permute_propagation, precision, provenance
 from .edge_io import io_mapping, target_name
 from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
 from .loop.op import program_of, run_graph
@@ -268,6 +268,7 @@ def lower(
 
     provenance.install()
     clamp_table.install()
+    permute_propagation.install()
     times: dict = {}
     progress = progress or _Silent()
     choice = None
