@@ -42,7 +42,7 @@ from .loop import op as loop_op
 from .loop import tosa as loop_tosa  # noqa: F401  (registers the loop node's TOSA)
 from .loop.quantization import annotate_loops
 from .plan import ArmPlan, quantization_config
-from .recurrent_quantization import RecurrentStateQuantizer
+from .recurrent_quantization import RecurrentStateQuantizer, clip_by_range
 
 
 def target_of(compile_spec) -> str:
@@ -77,6 +77,7 @@ class _QuantizerHook:
             unrolled = weight_precision.narrow_per_step_weights(model.graph, config, bits)
             step_config = weight_precision.narrow(step_config or config, bits)
         loops = annotate_loops(model.graph, config, step_config)
+        clip_by_range(model.graph)
         if plan.recurrent_activations not in (None, plan.activations) and config is not None:
             precision_regions.fold_boundaries(model.graph)
         if narrow:  # every loop's step holds only per-step weights

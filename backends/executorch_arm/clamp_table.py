@@ -1,4 +1,4 @@
-"""Fold an int8 clamp into the TOSA TABLE of the activation that reads it.
+"""Fold an int8 clamp into the TOSA TABLE of the activation that reads it; drop an identity one.
 
 ONNX `clip` puts a clamp before each gate activation. Vela fuses the clamp into the add
 before it, and then the sigmoid/tanh TABLE no longer fuses and runs as an operation of its
@@ -10,8 +10,9 @@ codes and table[clamp(code)] is one 256-entry table. ExecuTorch builds an int8 t
 the codes clamped to the input's [qmin, qmax] (InsertTableOpsPass.
 generate_8bit_table_values), so narrowing the activation's input qmin/qmax to the clamp's
 bounds, and reading the clamp's input directly, gives that table: the outputs are the
-same integers, one operation fewer. int16 tables interpolate between 513 entries, where a
-clamp is not exact: those keep the clamp.
+same integers, one operation fewer. An int16 table interpolates between 513 entries, where
+a clamp is not exact: there the quantizer gives a symmetric clamp's input exactly the clip
+range (recurrent_quantization.clip_by_range), and the clamp, then the identity, is dropped.
 """
 
 from __future__ import annotations
@@ -30,12 +31,39 @@ from torch.fx.passes.infra.pass_base import PassResult
 _CLAMP = exir_ops.edge.aten.clamp.default
 
 
-def _int8_qargs(node: Node, key: str):
+def _qargs(node: Node, key: str):
     qparams = node.meta.get(key, {})
     if len(qparams) != 1:
         return None
     (q,) = qparams.values()
-    return q if q.dtype == torch.int8 and not q.per_channel else None
+    return None if q.per_channel else q
+
+
+def _int8_qargs(node: Node, key: str):
+    q = _qargs(node, key)
+    return q if q is not None and q.dtype == torch.int8 else None
+
+
+class DropIdentityClampPass(ArmPass):
+    """Bypass a quantized clamp whose bounds cover its codes' whole range: the identity
+    (recurrent_quantization quantizes an int16 clip's input to the clip range)."""
+
+    _passes_required_after: Set[Type[ExportPass]] = set()
+
+    def call(self, graph_module: GraphModule) -> PassResult:
+        modified = False
+        for clamp in list(graph_module.graph.find_nodes(op="call_function", target=_CLAMP)):
+            q_in, q_out = _qargs(clamp, "input_qparams"), _qargs(clamp, "output_qparams")
+            if q_in is None or q_in != q_out:
+                continue
+            lo, hi = (list(clamp.args[1:]) + [None, None])[:2]
+            if (lo is None or int(lo) <= q_in.qmin) and (hi is None or int(hi) >= q_in.qmax):
+                clamp.replace_all_uses_with(clamp.args[0])
+                graph_module.graph.erase_node(clamp)
+                modified = True
+        if modified:
+            graph_module.recompile()
+        return PassResult(graph_module, modified)
 
 
 class FoldClampIntoTablePass(ArmPass):
@@ -80,5 +108,7 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    apm.register_pass_insertions_before(apm.InsertTableOpsPass, [FoldClampIntoTablePass()])
+    apm.register_pass_insertions_before(
+        apm.InsertTableOpsPass, [DropIdentityClampPass(), FoldClampIntoTablePass()]
+    )
     _installed = True

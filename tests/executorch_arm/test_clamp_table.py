@@ -51,3 +51,26 @@ def test_the_clamp_folds_and_the_integers_stay(monkeypatch, tmp_path):
         clipped_b = (module.b(x) > 0.5).float().mean()
     assert clipped > 0.2 and clipped_b > 0.2
     assert folded_numerics.sqnr_db > 30
+
+
+class _ClippedInt16(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(8, 16)
+
+    def forward(self, x):
+        return torch.sigmoid(torch.clamp(self.a(x) + 0.1, -0.5, 0.5))  # an add, as in a gate
+
+
+def test_an_int16_clip_becomes_the_range_of_its_input(tmp_path):
+    """int16: the clamp's input is quantized to [-clip, clip], the clamp dropped, and the
+    result still follows torch (an int16 TABLE cannot take a clamp in)."""
+    module, (x,) = _ClippedInt16().eval(), _case()[1]
+    with torch.no_grad():
+        assert ((module.a(x) + 0.1).abs() > 0.5).float().mean() > 0.5  # the clip bites
+    result = flow.lower(
+        module, (x,), "TOSA-1.0+INT+int16", artifact_dir=tmp_path, activations="int16"
+    )
+    assert "CLAMP" not in result.tosa_op_counts and result.tosa_op_counts["TABLE"] == 1
+    assert flow.check_numerics(result, module, (x,)).sqnr_db > 50
