@@ -41,8 +41,7 @@ def main() -> None:
     sizes = (args.input_size, args.hidden, args.steps)
     lines = [
         f"Vela cycles per operator kind, {args.quantization}, {args.target}; "
-        f"I={args.input_size}, "
-        f"H={args.hidden}, T={args.steps}.",
+        f"I={args.input_size}, H={args.hidden}, T={args.steps}.",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for label, op, attributes, peepholes, base in onnx_variants.PAIRS:

@@ -147,8 +147,7 @@ def row_views(program: RecurrentProgram, static_batch: bool) -> RecurrentProgram
             rows = g.reshape(new(source), [T * B if static_batch else -1, G])
             return g.split(rows, 0, n)[node.attrs[0]]
         if node.op == "stack" and node.attrs[0] == 0 and len(node.args) > 1:
-            shapes = {a.shape for a in node.args}
-            (shape,) = shapes if len(shapes) == 1 else (None,)
+            shape = _one_shape(node.args)
             if shape is None or len(shape) != 2 or not _static(shape, 1, *(0,) * static_batch):
                 return None
             B, H = shape
@@ -160,14 +159,19 @@ def row_views(program: RecurrentProgram, static_batch: bool) -> RecurrentProgram
     return program.replace(rebuild(program.outputs, hook))
 
 
+def _one_shape(nodes):
+    """The shape all `nodes` share, or None."""
+    shapes = {n.shape for n in nodes}
+    return next(iter(shapes)) if len(shapes) == 1 else None
+
+
 def _stack_as_columns(g, node: Node, args: list):
     """A stack on an inner axis a ([T, B, O] directions into Y [T, D, B, O]) whose values
     have size 1 on every axis from a to the last, as a concatenation along the last axis
     and a reshape: the same memory order. Vela copies a concatenation on an outer axis one
     row at a time (the BLSTM-style Y of 50 steps: 100 copies of 256 cycles on U85), one on
     the last axis one value at a time."""
-    shapes = {a.shape for a in node.args}
-    (shape,) = shapes if len(shapes) == 1 else (None,)
+    shape = _one_shape(node.args)
     if shape is None or None in shape:
         return None
     a = node.attrs[0] % (len(shape) + 1)

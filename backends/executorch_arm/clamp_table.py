@@ -39,9 +39,10 @@ def _qargs(node: Node, key: str):
     return None if q.per_channel else q
 
 
-def _int8_qargs(node: Node, key: str):
-    q = _qargs(node, key)
-    return q if q is not None and q.dtype == torch.int8 else None
+def _bounds(clamp: Node) -> tuple:
+    """(lo, hi) of a clamp, codes after QuantizeClampArgumentsPass; None where unbounded."""
+    lo, hi = (list(clamp.args[1:]) + [None, None])[:2]
+    return lo, hi
 
 
 class DropIdentityClampPass(ArmPass):
@@ -56,7 +57,7 @@ class DropIdentityClampPass(ArmPass):
             q_in, q_out = _qargs(clamp, "input_qparams"), _qargs(clamp, "output_qparams")
             if q_in is None or q_in != q_out:
                 continue
-            lo, hi = (list(clamp.args[1:]) + [None, None])[:2]
+            lo, hi = _bounds(clamp)
             if (lo is None or int(lo) <= q_in.qmin) and (hi is None or int(hi) >= q_in.qmax):
                 clamp.replace_all_uses_with(clamp.args[0])
                 graph_module.graph.erase_node(clamp)
@@ -82,11 +83,11 @@ class FoldClampIntoTablePass(ArmPass):
             clamp = node.args[0]
             if not isinstance(clamp, Node) or clamp.target != _CLAMP or len(clamp.users) != 1:
                 continue
-            q_act = _int8_qargs(node, "input_qparams")
-            q_in, q_out = _int8_qargs(clamp, "input_qparams"), _int8_qargs(clamp, "output_qparams")
-            if q_act is None or not q_act == q_in == q_out:
+            q_act = _qargs(node, "input_qparams")
+            q_in, q_out = _qargs(clamp, "input_qparams"), _qargs(clamp, "output_qparams")
+            if q_act is None or q_act.dtype != torch.int8 or not q_act == q_in == q_out:
                 continue  # not int8, or the clamp rescales
-            lo, hi = (list(clamp.args[1:]) + [None, None])[:2]
+            lo, hi = _bounds(clamp)
             narrowed = q_act._replace(
                 qmin=q_act.qmin if lo is None else max(q_act.qmin, int(lo)),
                 qmax=q_act.qmax if hi is None else min(q_act.qmax, int(hi)),

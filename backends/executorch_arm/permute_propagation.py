@@ -86,14 +86,14 @@ class _InPlaceRounds:
                     self._signatures[node] = signature
                     continue
                 old = node.meta.get("val")
-                new = self._value(node, old)
+                new = self._value(node)
                 node.meta["val"] = new
                 self._signatures[node] = signature
                 if not _same(old, new):
                     changed.add(node)
 
     @staticmethod
-    def _value(node: Node, old):
+    def _value(node: Node):
         if node.target in _NO_QUANTIZED_FAKE and node.meta.get("input_qparams"):
             raise NotImplementedError(node.target)  # ArmPass keeps its old value: retrace
         args = map_arg(node.args, lambda n: n.meta["val"])

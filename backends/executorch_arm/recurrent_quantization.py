@@ -96,8 +96,6 @@ class RecurrentStateQuantizer(Quantizer):
             _float_recurrent_layers(model.graph)
         elif self.share_state:
             self.shared = _share_state(model.graph, self.pairs)
-        if not self.keep_recurrent_on_cpu:
-            clip_by_range(model.graph)
         return model
 
     def validate(self, model: GraphModule) -> None:

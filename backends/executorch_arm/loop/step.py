@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from ..edge_io import io_mapping
-from ..recurrent_quantization import RecurrentStateQuantizer
+from ..recurrent_quantization import RecurrentStateQuantizer, clip_by_range
 from .op import StepProgram
 from .tosa_template import TosaTemplate
 
@@ -45,6 +45,11 @@ class _StepStateQuantizer(RecurrentStateQuantizer):
         placeholders = list(model.graph.find_nodes(op="placeholder"))
         self.pairs = [(placeholders[i].name, i) for i in range(self.num_states)]
         return self.base.transform_for_annotation(model)
+
+    def annotate(self, model):  # (a whole program's quantizer, arm_hooks', does the same)
+        model = super().annotate(model)
+        clip_by_range(model.graph)
+        return model
 
 
 def _example(program: StepProgram) -> tuple:
