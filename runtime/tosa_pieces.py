@@ -7,8 +7,9 @@ operators of a graph, in their serialized order, are cut into pieces of at most
 `max_ops` non-constant operators. Each piece is a graph of its own: the constants it reads,
 its operators unchanged, as inputs the tensors it reads from the graph's inputs or from
 earlier pieces, as outputs what later pieces or the graph's outputs read. The pieces run in
-order, each fed what the earlier ones computed. Every operator sees the same operands as in
-the whole graph, so the outputs are the same, bit for bit (tests/runtime pin it).
+order, each fed what the earlier ones computed; an output that is a constant, or a graph
+input, is taken as it is. Every operator sees the same operands as in the whole graph, so
+the outputs are the same, bit for bit (tests/runtime pin it).
 
 A cut never crosses a tensor the reference model's Python binding cannot pass (INT48
 accumulators, shapes): the piece grows until it does not.
@@ -34,6 +35,7 @@ class Pieces:
     graphs: list  # flatbuffer bytes each, in the order they run
     inputs: list  # the whole graph's input names, in order
     outputs: list  # its output names, in order
+    constants: dict = dataclasses.field(default_factory=dict)  # outputs no operator computes
 
 
 def _cuts(operators, tensors, graph_outputs: set, max_ops: int) -> list:
@@ -83,7 +85,14 @@ def split(flatbuffer: bytes, max_ops: int = MAX_OPS) -> Optional[Pieces]:
         fed = [n for n in read if n not in produced and n not in from_constants]
         results = sorted(live, key=lambda n: producer[n])
         graphs.append(_write(tensors, shapes, operators, constants + ops, fed, results))
-    return Pieces(graphs, list(block.inputs), outputs)
+    # An output a CONST writes (ExecuTorch folds a view of a constant into one) is no
+    # piece's result: its values come from the flatbuffer.
+    constants = {
+        name: tosa_flatbuffer.constant_values(flatbuffer, name)
+        for name in outputs
+        if name in producer and operators[producer[name]].op in _CONST_OPS
+    }
+    return Pieces(graphs, list(block.inputs), outputs, constants)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +154,7 @@ def _write(tensors, shapes, operators, ops: list, inputs: list, outputs: list) -
 
 def run(pieces: Pieces, inputs: Sequence[np.ndarray], run_graph) -> list[np.ndarray]:
     """The whole graph's outputs: `run_graph(flatbuffer, arrays)` on each piece in turn."""
-    values = dict(zip(pieces.inputs, inputs))
+    values = {**pieces.constants, **dict(zip(pieces.inputs, inputs))}
     for graph in pieces.graphs:
         ins, outs = tosa_flatbuffer.graph_io(graph)
         results = run_graph(graph, [values[i.name] for i in ins])

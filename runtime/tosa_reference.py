@@ -51,15 +51,16 @@ def run(
     input_quant: Optional[Sequence[Optional[QuantParams]]] = None,
     output_quant: Optional[Sequence[Optional[QuantParams]]] = None,
     precise_mode: bool = False,
-    piece_ops: int = tosa_pieces.MAX_OPS,
+    piece_ops: Optional[int] = None,
 ) -> list[np.ndarray]:
     """Outputs of the TOSA graph `tosa` (bytes or .tosa path) for numpy `inputs`.
 
     With `output_quant[i]` set, output i is dequantized to float32; otherwise it is returned in
     the graph's own element type (e.g. int8). `precise_mode` computes float ops in fp64.
-    A graph of more than `piece_ops` operators runs in pieces of that many (tosa_pieces: the
-    same results, in a fraction of the time).
+    A graph of more than `piece_ops` operators (default: tosa_pieces.MAX_OPS) runs in
+    pieces of that many (tosa_pieces: the same results, in a fraction of the time).
     """
+    piece_ops = piece_ops or tosa_pieces.MAX_OPS
     buf = tosa_flatbuffer.load_bytes(tosa)
     in_infos, out_infos = tosa_flatbuffer.graph_io(buf)
     if len(inputs) != len(in_infos):

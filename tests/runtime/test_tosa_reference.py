@@ -110,3 +110,37 @@ def test_a_graph_run_in_pieces_gives_the_same_outputs_bit_for_bit(path):
     np.testing.assert_array_equal(parts, whole)
     if path == FP:
         np.testing.assert_allclose(parts, _eager(x), atol=1e-5)
+
+
+def _with_constant_output() -> bytes:
+    """tanh(tanh(x)) and an output a CONST writes (as ExecuTorch writes a delegate output it
+    folded from a view of a constant, `..._fused_const`)."""
+    import tosa_serializer as ts
+
+    graph = ts.TosaSerializer("")
+    block = graph.currRegion.currBasicBlock
+    block.addTensor("x", [2, 4], ts.DType.FP32)
+    block.addInput("x")
+    def attribute(kind):
+        attr = ts.TosaSerializerAttribute()
+        getattr(attr, kind)()
+        return attr
+
+    for src, dst in (("x", "t1"), ("t1", "t2")):
+        block.addTensor(dst, [2, 4], ts.DType.FP32)
+        block.addOperator(ts.Op.TANH, [src], [dst], attribute("TanhAttribute"))
+    block.addTensor("folded_const", [2, 3], ts.DType.FP32, np.arange(6, dtype=np.float32))
+    block.addOperator(ts.Op.CONST, [], ["folded_const"], attribute("ConstAttribute"))
+    block.addOutput("t2")
+    block.addOutput("folded_const")
+    return bytes(graph.serialize())
+
+
+def test_a_constant_output_of_a_graph_run_in_pieces():
+    flatbuffer = _with_constant_output()
+    whole = tosa_reference.run(flatbuffer, [_x()])
+    parts = tosa_reference.run(flatbuffer, [_x()], piece_ops=1)
+    assert len(whole) == len(parts) == 2
+    for a, b in zip(whole, parts):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(parts[1], np.arange(6, dtype=np.float32).reshape(2, 3))
