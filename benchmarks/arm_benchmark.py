@@ -31,6 +31,7 @@ import time
 from absl import app, flags
 
 from recurrent_lowering.benchmarks import caller_directory
+from recurrent_lowering.runtime import arm_numerics
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["gru_a", "lstm_a", "rnn_tanh_a", "bigru2", "big_gru"], "models")
@@ -118,9 +119,9 @@ def _non_recurrent_models():
 
 # decomposition column -> flow.lower keyword arguments
 DECOMPOSITIONS = {
-    "ours": dict(decomposition="ours", strategy="auto"),
-    "ours-unrolled": dict(decomposition="ours", strategy="unrolled"),
-    "ours-loop": dict(decomposition="ours", strategy="loop"),
+    "ours": dict(decomposition="ours", emission="auto"),
+    "ours-unrolled": dict(decomposition="ours", emission="unrolled"),
+    "ours-loop": dict(decomposition="ours", emission="loop"),
     "executorch": dict(decomposition="executorch"),
 }
 
@@ -165,13 +166,13 @@ def measure(model: str, target: str, decomposition: str, variant: str, work: pat
 
     module, inputs = _build(model)
     _warm_up(target, decomposition)
-    kwargs = {"activations": "int8"}  # every row but int16's: auto has its own benchmark
+    kwargs = {"quantization": "int8"}  # every row but int16's: auto has its own benchmark
     if variant == "sram_only":
         kwargs["memory_mode"] = "Sram_Only"
     elif variant == "int16":
-        kwargs["activations"] = "int16"
+        kwargs["quantization"] = "int16"
     elif variant == "int16_state":  # int8 program, loop-form steps in int16
-        kwargs["state_bits"] = 16
+        kwargs["quantization"] = "int16_state"
     elif variant in ("rw4", "rw6"):  # recurrent weights at 4 / 6 bits (CONV form)
         kwargs["recurrent_weight_bits"] = int(variant[2:])
     elif variant != "default":
@@ -199,9 +200,9 @@ def measure(model: str, target: str, decomposition: str, variant: str, work: pat
         "load": os.getloadavg()[0],
     }
     try:
-        numerics = flow.check_numerics(result, module, inputs)
+        numerics = arm_numerics.check(result, module, inputs)
         row.update(max_abs_err=numerics.max_abs_err, sqnr_db=round(numerics.sqnr_db, 2))
-    except flow.FlowError as e:
+    except arm_numerics.NumericsError as e:
         row["numerics_error"] = str(e)
     if result.vela is not None:
         s = result.vela.summary
@@ -321,7 +322,7 @@ def render(rows: dict, command: str, loads: list) -> str:
         "",
         '- *ours*: `flow.lower(..., decomposition="ours")` (the default; what `//tools:lower` '
         "uses): recurrent_lowering's passes in ExecuTorch's slots, the recurrent product's form "
-        'chosen per target (`ArmPlan.products`), `strategy="auto"`: unrolled up to 8 '
+        'chosen per target (`ArmPlan.products`), `emission="auto"`: unrolled up to 8 '
         "steps per layer stack, the loop form beyond (docs/arm_loop_form.md). *ET*: ExecuTorch "
         "1.5.1's own DecomposeGru/Lstm/RnnPass.",
         "- Cycles: Vela 5.1.0 estimates, ExecuTorch's default system config and memory mode per "

@@ -50,7 +50,7 @@ def _weights(spec: RecurrentSpec, peephole: bool):
     ]
 
 
-def count(kind: str, T: int, D: int = 1, strategy: str = "unrolled", init=True, **kw):
+def count(kind: str, T: int, D: int = 1, emission: str = "unrolled", init=True, **kw):
     peephole = kw.pop("peephole", False)
     cell = CellKind(kind)
     spec = RecurrentSpec(
@@ -73,7 +73,7 @@ def count(kind: str, T: int, D: int = 1, strategy: str = "unrolled", init=True, 
         "x",
         "h0" if init else None,
         "c0" if init and lstm else None,
-        strategy=strategy,
+        emission=emission,
     )
     return b
 
@@ -84,7 +84,7 @@ def per_step(kind: str, D: int = 1, **kw) -> int:
 
 
 def loop_body(kind: str, **kw) -> int:
-    (body,) = count(kind, 5, strategy="loop", **kw).bodies
+    (body,) = count(kind, 5, emission="loop", **kw).bodies
     return body.total()
 
 

@@ -16,6 +16,7 @@ import pathlib
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.benchmarks import caller_directory
 from recurrent_lowering.examples import models
+from recurrent_lowering.runtime import arm_numerics
 
 
 def measure(name: str, target: str, out_dir: pathlib.Path) -> dict:
@@ -39,9 +40,9 @@ def measure(name: str, target: str, out_dir: pathlib.Path) -> dict:
         "pte_bytes": len(result.pte),
     }
     try:
-        numerics = flow.check_numerics(result, module, inputs)
+        numerics = arm_numerics.check(result, module, inputs)
         row.update(max_abs_err=numerics.max_abs_err, sqnr_db=round(numerics.sqnr_db, 2))
-    except flow.FlowError as e:
+    except arm_numerics.NumericsError as e:
         row["numerics_error"] = str(e)
     if result.vela is not None:
         s = result.vela.summary

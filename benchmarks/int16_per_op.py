@@ -2,7 +2,8 @@
 per operator kind, for one recurrent layer or an ONNX model through the CLI's route.
 
 `--quantization auto` models int16's price from the products and the gate arithmetic
-(backends/executorch_arm/precision.py); this shows what else a program pays in int16, e.g.
+(backends/executorch_arm/precision/cost_model.py); this shows what else a program pays in
+int16, e.g.
 RESCALEs Vela keeps apart from the elementwise ops in a step, or Y written in twice the
 bytes. Writes a Markdown table (cycles are Vela estimates).
 
@@ -67,10 +68,8 @@ def onnx_module(path: str, calibration: str, target: str):
 
 def per_kind(module, inputs, target: str, activations: str, out: pathlib.Path):
     from recurrent_lowering.backends.executorch_arm import flow
-    from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 
-    plan = ArmPlan(target, activations=activations)
-    result = flow.lower(module, inputs, target, artifact_dir=out, plan=plan)
+    result = flow.lower(module, inputs, target, out, quantization=activations)
     kinds = collections.defaultdict(lambda: [0, 0])
     for op in result.vela.ops:
         kinds[op.original_op][0] += 1

@@ -37,10 +37,10 @@ CONFIGS = [  # (label, op, input_size, hidden_size, linear_before_reset, batch)
 ]
 # Rewrites measured against the native op: (name, rewrite_model options).
 VARIANTS = (
-    ("unrolled", {"strategy": "unrolled", "linear_mode": "gemm"}),
-    ("unrolled_mm", {"strategy": "unrolled", "linear_mode": "matmul"}),
-    ("scan", {"strategy": "loop", "linear_mode": "gemm"}),
-    ("scan_mm", {"strategy": "loop", "linear_mode": "matmul"}),
+    ("unrolled", {"emission": "unrolled", "linear_mode": "gemm"}),
+    ("unrolled_mm", {"emission": "unrolled", "linear_mode": "matmul"}),
+    ("scan", {"emission": "loop", "linear_mode": "gemm"}),
+    ("scan_mm", {"emission": "loop", "linear_mode": "matmul"}),
     ("ort", {"tune_for": "onnxruntime"}),
 )
 NAMES = tuple(name for name, _ in VARIANTS)
@@ -336,8 +336,8 @@ def step_breakdown(op: str = "GRU", inp: int = 256, hidden: int = 256, runs: int
     groups = [2 * hidden, hidden] if op == "GRU" else [3 * hidden, hidden]
     parts = {
         f"native {op}": (native, x),
-        f"rewritten {op} (unrolled)": (rewrite_model(native, strategy="unrolled"), x),
-        f"rewritten {op} (scan)": (rewrite_model(native, strategy="loop"), x),
+        f"rewritten {op} (unrolled)": (rewrite_model(native, emission="unrolled"), x),
+        f"rewritten {op} (scan)": (rewrite_model(native, emission="loop"), x),
         f"rewritten {op} (tune_for onnxruntime)": (
             rewrite_model(native, tune_for="onnxruntime"),
             x,

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 from recurrent_lowering.benchmarks import caller_directory
+from recurrent_lowering.runtime import arm_numerics
 
 MODELS = "gru_a,lstm_a,rnn_tanh_a,bigru2,big_gru,crnn,stream_gru"
 TARGETS = "ethos-u55-128,ethos-u85-256"
@@ -39,8 +40,8 @@ def _measure(model: str, target: str) -> dict:
     row = {"model": model, "target": target, "load": os.getloadavg()[0]}
     for mode in ("int8", "auto"):
         with tempfile.TemporaryDirectory() as tmp:
-            result = flow.lower(module, inputs, target, artifact_dir=tmp, activations=mode)
-            numerics = flow.check_numerics(result, module, inputs)
+            result = flow.lower(module, inputs, target, artifact_dir=tmp, quantization=mode)
+            numerics = arm_numerics.check(result, module, inputs)
         row[mode] = {
             "cycles": result.vela.summary.cycles,
             "sqnr_db": round(numerics.sqnr_db, 2),
@@ -73,7 +74,7 @@ def _table(rows: list, et: dict, command: str) -> str:
         "",
         "- *auto*: flow.lower's and `//tools:lower`'s default: int16 activations for the "
         "recurrent layers, the rest, both or neither, the most accurate candidate whose "
-        "cycles the cost model (backends/executorch_arm/precision.py, fitted by "
+        "cycles the cost model (backends/executorch_arm/precision/cost_model.py, fitted by "
         "benchmarks/precision_costs.py) puts within 3% of int8's.",
         "- Cycles: Vela 5.1.0 estimates at ExecuTorch's default system config per target. "
         "SQNR: the dumped TOSA on the TOSA reference model vs fp32 torch eager, on the "

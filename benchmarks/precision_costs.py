@@ -1,4 +1,4 @@
-"""Fit `--quantization auto`'s cost model (backends/executorch_arm/precision.py) against Vela.
+"""Fit `--quantization auto`'s cost model (executorch_arm/precision/cost_model.py) to Vela.
 
 Lowers crnn (examples/models.py: convolutions, a GRU, a head) for each target three ways,
 all int8, all int16 and int16 recurrent layers with an int8 rest, and reads Vela's
@@ -17,7 +17,7 @@ per-layer tables and summaries:
                 recurrent steps' gate arithmetic (the same in int16: Vela's Add/Mul rows).
 
   ./bazelw run //benchmarks:precision_costs -- \\
-      --out backends/executorch_arm/precision_costs.json
+      --out backends/executorch_arm/precision/costs.json
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _lower(model: str, target: str, variant: str, out: pathlib.Path):
     module, inputs = models.build(model)
     rest, recurrent = VARIANTS[variant]
     plan = ArmPlan(target, activations=rest, recurrent_activations=recurrent)
-    return flow.lower(module, inputs, target, artifact_dir=out, plan=plan).vela
+    return flow.lower_plan(module, inputs, plan, artifact_dir=out).vela
 
 
 def _per(rows, kind: str, cycles: str = "Op Cycles") -> float:
@@ -84,15 +84,17 @@ def _weight_byte(summary) -> float:
 
 
 def _features(model: str):
-    from recurrent_lowering.backends.executorch_arm import precision
+    import torch
+
+    from recurrent_lowering.backends.executorch_arm.precision import cost_model
     from recurrent_lowering.examples import models
 
     module, inputs = models.build(model)
-    return precision.features(precision.exported_graph(module, inputs))
+    return cost_model.features(torch.export.export(module, inputs))
 
 
 def fit(model: str, target: str, work: pathlib.Path) -> dict:
-    from recurrent_lowering.backends.executorch_arm import precision
+    from recurrent_lowering.backends.executorch_arm.precision import cost_model
 
     results = {v: _lower(model, target, v, work / f"{target}_{v}") for v in VARIANTS}
     rows = {v: [op.raw for op in r.ops] for v, r in results.items()}
@@ -108,7 +110,7 @@ def fit(model: str, target: str, work: pathlib.Path) -> dict:
         "gate_element": 0.0,
     }
     # What products leave of all-int8's cycles, per element of the steps' gate arithmetic.
-    products = precision.estimate(f, "int8", "int8", costs)
+    products = cost_model.estimate(f, "int8", "int8", costs)
     gates = sum(p.gate_elems for p in f.recurrent)
     costs["gate_element"] = max(0.0, results["int8"].summary.cycles - products) / gates
     costs.update(fitted_on=model, vela_cycles={v: r.summary.cycles for v, r in results.items()})

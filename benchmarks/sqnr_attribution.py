@@ -33,7 +33,7 @@ import sys
 
 from absl import app, flags
 
-from recurrent_lowering.backends.executorch_arm.decompose import as_module
+from recurrent_lowering.backends.executorch_arm.exported import as_module
 from recurrent_lowering.backends.executorch_arm.loop.op import run_graph
 from recurrent_lowering.benchmarks import caller_directory
 
@@ -208,6 +208,7 @@ _PROGRAM_INPUTS = ("x", "h0")
 
 
 def quantize(module, inputs, compile_spec, quantizer_factory):
+    # quantizer_factory(compile_spec) -> a quantizer: `quantizer_for(decomposition)`
     """flow.quantize, but weights keep their float value and a quantize (fold_quantize=False),
     so weights can be left in float too."""
     import torch
@@ -220,6 +221,17 @@ def quantize(module, inputs, compile_spec, quantizer_factory):
     prepared = prepare_pt2e(gm, quantizer)
     run_graph(prepared, *inputs)
     return convert_pt2e(prepared, fold_quantize=False)
+
+
+def quantizer_for(decomposition: str, target: str):
+    """A quantizer factory: ours for `target`, or ExecuTorch's own."""
+    from recurrent_lowering.backends.executorch_arm.compat import factory
+    from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
+    from recurrent_lowering.backends.executorch_arm.quantization import quantizer
+
+    if decomposition == "executorch":
+        return factory.executorch_quantizer
+    return lambda spec: quantizer.create(spec, ArmPlan(target))
 
 
 def inputs_for(model: str, k: int):
@@ -241,7 +253,6 @@ def run(model: str, decomposition: str, target: str, num_inputs: int, quantizer_
     import torch
 
     from recurrent_lowering.backends.executorch_arm import flow
-    from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 
     ethos = target.startswith("ethos-u")
     spec = flow.compile_spec(
@@ -250,7 +261,7 @@ def run(model: str, decomposition: str, target: str, num_inputs: int, quantizer_
         "Ethos_U55_High_End_Embedded" if ethos else None,
         "Shared_Sram" if ethos else None,
     )
-    qf, _ = flow.factories(decomposition, ArmPlan(target), quantizer_factory)
+    qf = quantizer_factory or quantizer_for(decomposition, target)
     results = []
     for k in range(num_inputs):
         module, inputs = inputs_for(model, k)

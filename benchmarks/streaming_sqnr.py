@@ -3,8 +3,8 @@
   ./bazelw run //benchmarks:streaming_sqnr -- \
       --target ethos-u55-128 --activations int8 --frames 1000 --out /tmp/stream_gru_u55_int8
 
-Lowers stream_gru fully delegated (our decomposition; RecurrentStateQuantizer: h_n shares h0's
-quantization unless --noshare_state), calibrated on fp32 closed-loop frames (seed 1), then runs
+Lowers stream_gru fully delegated (our decomposition; h_n shares h0's quantization unless
+--noshare_state), calibrated on fp32 closed-loop frames (seed 1), then runs
 the dumped .tosa on the TOSA reference model over --frames new frames (seed 2), feeding the
 dequantized h_n back as h0, against the fp32 eager module in the same loop. Writes OUT.json
 (figures) and OUT.png (state SQNR per frame). For int16 without Vela use TOSA-1.0+INT+int16.
@@ -20,10 +20,11 @@ import numpy as np
 import torch
 from absl import app, flags
 
-from recurrent_lowering.backends.executorch_arm import arm_hooks, flow, precision, streaming
-from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.options import Options
 from recurrent_lowering.benchmarks import caller_directory
 from recurrent_lowering.examples import models
+from recurrent_lowering.runtime import streaming
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("target", "ethos-u55-128", "Ethos-U or TOSA-1.0+INT[+int16] target")
@@ -50,28 +51,17 @@ def measure(target, activations, share_state, frames, calibration_frames=512, ar
     calibration = streaming.fp32_states(
         module, streaming.frames(calibration_frames, x_shape, seed=1), h0
     )
-    recurrent = None
-    if activations == "auto":
-        choice = precision.choose_for(module, inputs, target)
-        print(f"auto chose {choice.name}: {choice.report()}")
-        activations, recurrent = choice.rest, choice.recurrent
-    plan = ArmPlan(
-        target,
-        strategy="loop" if activations == "int16_state" else "auto",
-        activations="int16" if activations == "int16" else "int8",
-        state_bits=16 if activations == "int16_state" else 8,
-        recurrent_activations=recurrent if recurrent != activations else None,
-    )
+    options = Options(target, quantization=activations, share_state=share_state)
     result = flow.lower(
         module,
         inputs,
-        target,
-        artifact_dir=artifact_dir or tempfile.mkdtemp(prefix="stream_sqnr_"),
+        options,
+        artifact_dir or tempfile.mkdtemp(prefix="stream_sqnr_"),
         calibration_inputs=calibration,
-        quantizer_factory=arm_hooks.quantizer_factory(plan, share_state=share_state),
         run_vela=False,
-        plan=plan,
     )
+    if result.precision is not None:
+        print(f"auto chose: {result.precision.report()}")
     loop = streaming.run_closed_loop(result, module, streaming.frames(frames, x_shape, seed=2), h0)
     return result, loop
 

@@ -2,7 +2,7 @@
 
     from passes import emit
     out = emit(builder, spec, weights, x, initial_h=None, initial_c=None,
-               sequence_lens=None, strategy="unrolled")   # -> Outputs(y, h, c)
+               sequence_lens=None, emission="unrolled")   # -> Outputs(y, h, c)
 
 spec: RecurrentSpec; weights[layer][direction]: LayerWeights (see gate_order for PyTorch
 and ONNX conversions); builder: a Builder (numpy_builder.NumpyBuilder evaluates).

@@ -33,12 +33,110 @@ unknown), so passes and translators need no shape inference of their own.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 from .roles import WeightRole
 from .spec import Activation
+
+
+class NoAttrs(NamedTuple):
+    """add sub mul neg less where positions"""
+
+
+class InputAttrs(NamedTuple):
+    name: str  # bound to a value when the program is translated
+
+
+class ExternalAttrs(NamedTuple):
+    value: Any  # an adapter's value, or a node of the enclosing program (a loop body's)
+
+
+class ConstAttrs(NamedTuple):
+    array: np.ndarray
+    role: Optional[WeightRole] = None
+
+
+class ClampAttrs(NamedTuple):
+    lo: Optional[float]
+    hi: Optional[float]
+
+
+class ActAttrs(NamedTuple):
+    act: Activation
+
+
+class LinearAttrs(NamedTuple):
+    weight: Any  # a numpy constant, or IN_ARGS: the node after x in the node's args
+    bias: Any  # the same, or None
+    role: Optional[WeightRole]
+
+
+class SliceAttrs(NamedTuple):
+    axis: int
+    start: int
+    end: int
+
+
+class AxisAttrs(NamedTuple):
+    axis: int  # concat, stack, squeeze, unsqueeze
+
+
+class TransposeAttrs(NamedTuple):
+    perm: tuple
+
+
+class ReshapeAttrs(NamedTuple):
+    shape: tuple  # one dim may be -1
+
+
+class UnstackAttrs(NamedTuple):
+    axis: int
+    n: int
+
+
+class SplitAttrs(NamedTuple):
+    axis: int
+    sizes: Any  # a tuple of sizes, or a count of equal pieces
+
+
+class IndexAttrs(NamedTuple):
+    index: int  # piece: of its unstack or split; result: of its loop or recurrence
+
+
+class WidthAttrs(NamedTuple):
+    width: int
+
+
+class LoopAttrs(NamedTuple):
+    loop: "Loop"
+
+
+class RecurrenceAttrs(NamedTuple):
+    recurrence: Any  # program.Recurrence
+
+
+# Each node kind's attributes: what `Graph.node` takes and `verify` checks.
+ATTRS = {
+    **dict.fromkeys(("add", "sub", "mul", "neg", "less", "where", "positions"), NoAttrs),
+    "input": InputAttrs,
+    "external": ExternalAttrs,
+    "const": ConstAttrs,
+    "clamp": ClampAttrs,
+    "act": ActAttrs,
+    "linear": LinearAttrs,
+    "slice": SliceAttrs,
+    **dict.fromkeys(("concat", "stack", "squeeze", "unsqueeze"), AxisAttrs),
+    "transpose": TransposeAttrs,
+    "reshape": ReshapeAttrs,
+    "unstack": UnstackAttrs,
+    "split": SplitAttrs,
+    **dict.fromkeys(("piece", "result"), IndexAttrs),
+    "zeros_like_rows": WidthAttrs,
+    "loop": LoopAttrs,
+    "recurrence": RecurrenceAttrs,
+}
 
 
 class Node:
@@ -52,7 +150,7 @@ class Node:
 
     @property
     def array(self) -> Optional[np.ndarray]:
-        return self.attrs[0] if self.op == "const" else None
+        return self.attrs.array if self.op == "const" else None
 
     def is_const(self, value: Optional[float] = None) -> bool:
         a = self.array
@@ -124,7 +222,12 @@ class Graph:
         self.ZERO = self.const(0.0)
 
     # --- leaves ---------------------------------------------------------------------------
-    def _node(self, op: str, args: tuple = (), attrs: tuple = (), shape=None) -> Node:
+    def node(self, op: str, args: tuple = (), attrs: tuple = (), shape=None) -> Node:
+        """A node of kind `op` as it is, no algebra: `attrs` is `ATTRS[op]`'s type. The
+        constructors below go through it; a pass uses it for the kinds without one
+        (`recurrence`, `loop`, `result`). Identical nodes are one node (hash-consing)."""
+        if not isinstance(attrs, ATTRS[op]):
+            raise TypeError(f"a {op} node takes {ATTRS[op].__name__} attributes, not {attrs!r}")
         key = (op, tuple(id(a) for a in args), tuple(_attr_key(a) for a in attrs))
         node = self._nodes.get(key)
         if node is None:
@@ -133,19 +236,20 @@ class Graph:
 
     def input(self, name: str, shape=None) -> Node:
         """A program input, bound by name when the program is translated."""
-        return self._node("input", (), (name,), None if shape is None else tuple(shape))
+        return self.node("input", (), InputAttrs(name), None if shape is None else tuple(shape))
 
     def external(self, value, shape=None) -> Node:
         """An adapter's value used as it is (a runtime weight, a loop body's outer value)."""
-        return self._node("external", (), (value,), None if shape is None else tuple(shape))
+        shape = None if shape is None else tuple(shape)
+        return self.node("external", (), ExternalAttrs(value), shape)
 
     def const(self, a, role: Optional[WeightRole] = None) -> Node:
         arr = np.asarray(a)
         if arr.dtype.kind == "f" or arr.dtype == object:
             arr = arr.astype(self.dtype)
         if arr.ndim == 0 and role is None:
-            return self._node("const", (), (arr,), ())  # scalars are keyed by value
-        return Node(self, "const", (), (arr, role), tuple(arr.shape))
+            return self.node("const", (), ConstAttrs(arr), ())  # scalars are keyed by value
+        return Node(self, "const", (), ConstAttrs(arr, role), tuple(arr.shape))
 
     def wrap(self, x) -> Node:
         """Nodes as they are; None is ZERO; numbers and arrays are constants."""
@@ -157,7 +261,7 @@ class Graph:
 
     # --- arithmetic, folded ----------------------------------------------------------------
     def _binary(self, op: str, a: Node, b: Node) -> Node:
-        return self._node(op, (a, b), (), _broadcast([a.shape, b.shape]))
+        return self.node(op, (a, b), NoAttrs(), _broadcast([a.shape, b.shape]))
 
     def add(self, a, b) -> Node:
         a, b = self.wrap(a), self.wrap(b)
@@ -207,17 +311,17 @@ class Graph:
             return self.const(-a.array)
         if a.op == "neg":
             return a.args[0]
-        return self._node("neg", (a,), (), a.shape)
+        return self.node("neg", (a,), NoAttrs(), a.shape)
 
     def clamp(self, x, lo: Optional[float], hi: Optional[float]) -> Node:
         x = self.wrap(x)
         if x.is_const():
             return self.const(np.clip(x.array, lo, hi))
-        return self._node("clamp", (x,), (lo, hi), x.shape)
+        return self.node("clamp", (x,), ClampAttrs(lo, hi), x.shape)
 
     def act(self, act: Activation, x) -> Node:
         x = self.wrap(x)
-        return self._node("act", (x,), (act,), x.shape)
+        return self.node("act", (x,), ActAttrs(act), x.shape)
 
     def linear(self, x, weight, bias=None, role: Optional[WeightRole] = None) -> Node:
         """x @ weight.T + bias; a ZERO x leaves the bias or ZERO. `weight` and `bias` are
@@ -228,8 +332,8 @@ class Graph:
         w_rows = np.shape(weight)[0] if not isinstance(weight, Node) else _dim(weight, 0)
         shape = None if x.shape is None else x.shape[:-1] + (w_rows,)
         args = (x,) + tuple(v for v in (weight, bias) if isinstance(v, Node))
-        consts = tuple(_IN_ARGS if isinstance(v, Node) else v for v in (weight, bias))
-        return self._node("linear", args, (*consts, role), shape)
+        consts = tuple(IN_ARGS if isinstance(v, Node) else v for v in (weight, bias))
+        return self.node("linear", args, LinearAttrs(*consts, role), shape)
 
     # --- shape ------------------------------------------------------------------------------
     def slice(self, x, axis: int, start: int, end: int) -> Node:
@@ -251,19 +355,19 @@ class Graph:
         if (
             x.op == "concat"
             and x.shape is not None
-            and _axis(x.shape, axis) == _axis(x.shape, x.attrs[0])
+            and _axis(x.shape, axis) == _axis(x.shape, x.attrs.axis)
         ):
             parts = _parts(x, _axis(x.shape, axis), start, end)
             if parts is not None:  # the parts it covers: a weight's gate block, say
                 return self.concat([self.slice(p, axis, a, b) for p, a, b in parts], axis)
-        if x.op == "slice" and x.attrs[0] == axis:
-            base = x.attrs[1]
+        if x.op == "slice" and x.attrs.axis == axis:
+            base = x.attrs.start
             return self.slice(x.args[0], axis, base + start, base + end)
         if x.op == "piece" and axis == -1 and x.args[0].op == "unstack":
             # a gate block of one timestep is that timestep of the sequence's gate block:
             # one slice per sequence instead of one per step
-            (u,), (t,) = x.args, x.attrs
-            src, (u_axis, n) = u.args[0], u.attrs
+            (u,), t = x.args, x.attrs.index
+            src, u_axis, n = u.args[0], u.attrs.axis, u.attrs.n
             return self.unstack(self.slice(src, -1, start, end), u_axis, n)[t]
         shape = None
         if x.shape is not None:
@@ -271,7 +375,7 @@ class Graph:
             dim = x.shape[a]
             size = None if dim is None else len(range(*slice(start, end).indices(dim)))
             shape = x.shape[:a] + (size,) + x.shape[a + 1 :]
-        return self._node("slice", (x,), (axis, start, end), shape)
+        return self.node("slice", (x,), SliceAttrs(axis, start, end), shape)
 
     def concat(self, xs: Sequence, axis: int) -> Node:
         xs = [self.wrap(x) for x in xs]
@@ -286,14 +390,14 @@ class Graph:
             base = _broadcast([x.shape for x in xs])
             total = None if None in dims else sum(dims)
             shape = base[:a] + (total,) + base[a + 1 :]
-        return self._node("concat", tuple(xs), (axis,), shape)
+        return self.node("concat", tuple(xs), AxisAttrs(axis), shape)
 
     def squeeze(self, x, axis: int) -> Node:
         x = self.wrap(x)
-        if x.op == "unsqueeze" and x.attrs[0] == axis:
+        if x.op == "unsqueeze" and x.attrs.axis == axis:
             return x.args[0]
         shape = None if x.shape is None else _without(x.shape, _axis(x.shape, axis))
-        return self._node("squeeze", (x,), (axis,), shape)
+        return self.node("squeeze", (x,), AxisAttrs(axis), shape)
 
     def unsqueeze(self, x, axis: int) -> Node:
         x = self.wrap(x)
@@ -301,12 +405,12 @@ class Graph:
         if x.shape is not None:
             a = _axis(x.shape, axis, extra=1)
             shape = x.shape[:a] + (1,) + x.shape[a:]
-        return self._node("unsqueeze", (x,), (axis,), shape)
+        return self.node("unsqueeze", (x,), AxisAttrs(axis), shape)
 
     def transpose(self, x, perm: Sequence[int]) -> Node:
         x = self.wrap(x)
         shape = None if x.shape is None else tuple(x.shape[p] for p in perm)
-        return self._node("transpose", (x,), (tuple(perm),), shape)
+        return self.node("transpose", (x,), TransposeAttrs(tuple(perm)), shape)
 
     def reshape(self, x, shape: Sequence[int]) -> Node:
         """To `shape` (one dim may be -1); its known dims become the node's shape."""
@@ -315,21 +419,21 @@ class Graph:
         if -1 in shape and x.shape is not None and None not in x.shape:  # the -1, computed
             known = int(np.prod([d for d in shape if d != -1]))
             out = tuple(int(np.prod(x.shape)) // known if d == -1 else int(d) for d in shape)
-        return self._node("reshape", (x,), (tuple(int(d) for d in shape),), out)
+        return self.node("reshape", (x,), ReshapeAttrs(tuple(int(d) for d in shape)), out)
 
     def unstack(self, x, axis: int, n: int) -> list:
         """The n pieces of x along static `axis`, each without it."""
         x = self.wrap(x)
         piece = None if x.shape is None else _without(x.shape, _axis(x.shape, axis))
-        u = self._node("unstack", (x,), (axis, n), x.shape)
-        return [self._node("piece", (u,), (t,), piece) for t in range(n)]
+        u = self.node("unstack", (x,), UnstackAttrs(axis, n), x.shape)
+        return [self.node("piece", (u,), IndexAttrs(t), piece) for t in range(n)]
 
     def split(self, x, axis: int, sizes) -> list:
         """Pieces of x along `axis`, each keeping it: `sizes` (together the whole axis), or
         an int n for n equal pieces."""
         x = self.wrap(x)
         key = sizes if isinstance(sizes, int) else tuple(sizes)
-        s = self._node("split", (x,), (axis, key), x.shape)
+        s = self.node("split", (x,), SplitAttrs(axis, key), x.shape)
         count = key if isinstance(key, int) else len(key)
         pieces = []
         for k in range(count):
@@ -339,7 +443,7 @@ class Graph:
                 dim = x.shape[a]
                 size = (None if dim is None else dim // key) if isinstance(key, int) else key[k]
                 shape = x.shape[:a] + (size,) + x.shape[a + 1 :]
-            pieces.append(self._node("piece", (s,), (k,), shape))
+            pieces.append(self.node("piece", (s,), IndexAttrs(k), shape))
         return pieces
 
     def stack(self, xs: Sequence, axis: int) -> Node:
@@ -348,7 +452,7 @@ class Graph:
         if xs[0].shape is not None:
             a = _axis(xs[0].shape, axis, extra=1)
             shape = xs[0].shape[:a] + (len(xs),) + xs[0].shape[a:]
-        return self._node("stack", tuple(xs), (axis,), shape)
+        return self.node("stack", tuple(xs), AxisAttrs(axis), shape)
 
     # --- masks ------------------------------------------------------------------------------
     def less(self, a, b) -> Node:
@@ -357,19 +461,20 @@ class Graph:
 
     def where(self, cond, a, b) -> Node:
         cond, a, b = self.wrap(cond), self.wrap(a), self.wrap(b)
-        return self._node("where", (cond, a, b), (), _broadcast([cond.shape, a.shape, b.shape]))
+        shape = _broadcast([cond.shape, a.shape, b.shape])
+        return self.node("where", (cond, a, b), NoAttrs(), shape)
 
     def positions(self, like) -> Node:
         """int64 [0, 1, ..., n-1] for the size n of axis 0 of `like` (known at run time)."""
         like = self.wrap(like)
         n = None if like.shape is None else like.shape[0]
-        return self._node("positions", (like,), (), (n,))
+        return self.node("positions", (like,), NoAttrs(), (n,))
 
     def zeros_like_rows(self, like, width: int) -> Node:
         """Zeros [B, width] with the (run-time) batch B of a [B, X] value."""
         like = self.wrap(like)
         b = None if like.shape is None else like.shape[0]
-        return self._node("zeros_like_rows", (like,), (width,), (b, width))
+        return self.node("zeros_like_rows", (like,), WidthAttrs(width), (b, width))
 
     # --- loops ------------------------------------------------------------------------------
     def loop(self, attrs: "Loop", carried: Sequence, xs: Sequence) -> list:
@@ -377,14 +482,14 @@ class Graph:
         (carried', ys). Returns [final carried..., ys stacked on axis 0...]."""
         carried = [self.wrap(v) for v in carried]
         xs = [self.wrap(v) for v in xs]
-        node = self._node("loop", (*carried, *xs), (attrs,), None)
+        node = self.node("loop", (*carried, *xs), LoopAttrs(attrs), None)
         results = []
         for k, out in enumerate(attrs.body.outputs):
             shape = out.shape
             if k >= len(carried) and shape is not None:
                 steps = attrs.steps_of(xs[0].shape if xs else None)
                 shape = (None if steps is None else steps + attrs.initial_in_ys,) + shape
-            results.append(self._node("result", (node,), (k,), shape))
+            results.append(self.node("result", (node,), IndexAttrs(k), shape))
         return results
 
 
@@ -413,7 +518,17 @@ class Loop:
         return rows - self.first
 
 
-_IN_ARGS = "in args"  # a linear's weight or bias that is a node (a runtime weight)
+IN_ARGS = "in args"  # a linear's weight or bias that is a node (a runtime weight)
+
+
+def linear_operands(node: Node, args: Optional[Sequence] = None) -> tuple:
+    """(x, weight, bias) of a `linear` node: constants as they are, runtime weights as the
+    nodes (or, given `args`, the values standing for its inputs) they are."""
+    args = node.args if args is None else args
+    rest = iter(args[1:])
+    at = node.attrs
+    w, b = (next(rest) if a is IN_ARGS else a for a in (at.weight, at.bias))
+    return args[0], w, b
 
 
 class Body:
@@ -495,40 +610,30 @@ def reachable(outputs: list) -> list:
 def _copy(g: Graph, node: Node, args: tuple, done: dict):
     op, at = node.op, node.attrs
     if op == "input":
-        return g.input(at[0], node.shape)
+        return g.input(at.name, node.shape)
     if op == "external":
-        return g.external(at[0], node.shape)
+        return g.external(at.value, node.shape)
     if op == "const":
-        return g.const(at[0], at[1] if len(at) > 1 else None)
-    if op in ("add", "sub", "mul", "less", "where", "neg"):
+        return g.const(at.array, at.role)
+    if op in ("add", "sub", "mul", "less", "where", "neg", "positions"):
         return getattr(g, op)(*args)
-    if op == "clamp":
-        return g.clamp(args[0], *at)
     if op == "act":
-        return g.act(at[0], args[0])
+        return g.act(at.act, args[0])
     if op == "linear":
-        rest = iter(args[1:])
-        w, b = (next(rest) if a is _IN_ARGS else a for a in at[:2])
-        return g.linear(args[0], w, b, at[2])
-    if op in ("slice", "squeeze", "unsqueeze", "transpose", "reshape"):
+        return g.linear(*linear_operands(node, args), at.role)
+    if op in ("clamp", "slice", "squeeze", "unsqueeze", "transpose", "reshape"):
         return getattr(g, op)(args[0], *at)
+    if op == "zeros_like_rows":
+        return g.zeros_like_rows(args[0], at.width)
     if op in ("concat", "stack"):
-        return getattr(g, op)(list(args), *at)
+        return getattr(g, op)(list(args), at.axis)
     if op in ("unstack", "split"):
         return node  # a multi-output parent: its pieces rebuild it
-    if op == "loop":
-        return g._node(op, args, at, node.shape)
-    if op == "recurrence":  # (program.py) passes expand it; until then it is carried over
-        return g._node(op, args, at, node.shape)
+    if op in ("loop", "recurrence", "result"):  # passes expand a recurrence; a loop's and
+        return g.node(op, args, at, node.shape)  # a result's inputs are rebuilt as they are
     if op == "piece":
         parent = node.args[0]
         source = done[id(parent.args[0])]
         make = g.unstack if parent.op == "unstack" else g.split
-        return make(source, *parent.attrs)[at[0]]
-    if op == "result":  # of a loop or a recurrence, rebuilt over its new inputs
-        return g._node(op, args, at, node.shape)
-    if op in ("positions",):
-        return g.positions(args[0])
-    if op == "zeros_like_rows":
-        return g.zeros_like_rows(args[0], *at)
+        return make(source, *parent.attrs)[at.index]
     raise AssertionError(f"cannot rebuild a {op} node")

@@ -27,14 +27,14 @@ def loop(program: RecurrentProgram, initial_in_ys: bool = False) -> RecurrentPro
             rec = node.args[0]
             if id(rec) not in expanded:
                 expanded[id(rec)] = _loop(program.graph, rec, args[0].args, initial_in_ys)
-            return expanded[id(rec)][node.attrs[0]]
+            return expanded[id(rec)][node.attrs.index]
         return None
 
     return program.replace(rebuild(program.outputs, hook))
 
 
 def _loop(g: Graph, node: Node, args, initial_in_ys: bool) -> list:
-    r: Recurrence = node.attrs[0]
+    r: Recurrence = node.attrs.recurrence
     xp, *state = args
     T, p, want_y = r.steps, r.cell, r.want_y
     y_first, peeled, first_mask = None, False, None
@@ -88,7 +88,7 @@ def _loop(g: Graph, node: Node, args, initial_in_ys: bool) -> list:
 def _body(outer: Graph, r: Recurrence, mask) -> Body:
     """The loop body: the step over (h[, c], x_t[, mask_t]) with the mask applied."""
     bg = Graph(outer.dtype)
-    states = [bg.input(leaf.attrs[0], leaf.shape) for leaf in r.step.inputs[:-1]]
+    states = [bg.input(leaf.attrs.name, leaf.shape) for leaf in r.step.inputs[:-1]]
     x_leaf = r.step.inputs[-1]
     x_t = bg.input("x_t", x_leaf.shape)
     leaves = [*states, x_t]

@@ -1,7 +1,7 @@
 """A Builder that evaluates with numpy: the reference every adapter's tests compare against.
 
 Values are numpy arrays in the builder's float dtype (float32 unless asked otherwise).
-Supports every capability, so every strategy and tuning runs here.
+Supports every capability, so every emission and tuning runs here.
 """
 
 from __future__ import annotations

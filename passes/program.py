@@ -25,7 +25,7 @@ import numpy as np
 
 from . import weights as wa
 from .cells import STEP, CellParams, prepare
-from .graph import Body, Graph, Node, reachable
+from .graph import Body, Graph, IndexAttrs, Node, RecurrenceAttrs, reachable
 from .masks import Lens
 from .roles import WeightKind, WeightRole
 from .spec import Direction, LayerWeights, RecurrentSpec
@@ -132,11 +132,11 @@ class _Stack:
         step = _step_body(g, p, xp)
         rec = Recurrence(step, p, reverse, want_y, self.lens, self.T)
         b = None if xp.shape is None else xp.shape[1]
-        node = g._node("recurrence", (xp, *states), (rec,), None)
+        node = g.node("recurrence", (xp, *states), RecurrenceAttrs(rec), None)
         y_shape = (self.T, b, p.output_size)
-        y = g._node("result", (node,), (0,), y_shape)
+        y = g.node("result", (node,), IndexAttrs(0), y_shape)
         finals = [
-            g.unsqueeze(g._node("result", (node,), (1 + k,), (b, w)), self.sa)
+            g.unsqueeze(g.node("result", (node,), IndexAttrs(1 + k), (b, w)), self.sa)
             for k, w in enumerate(p.state_widths)
         ]
         return [y, *finals]

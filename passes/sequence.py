@@ -38,7 +38,7 @@ def emit(
     initial_h: Optional[Value] = None,
     initial_c: Optional[Value] = None,
     sequence_lens: Union[None, np.ndarray, Value] = None,
-    strategy: str = "unrolled",
+    emission: str = "unrolled",
     plan: Optional[Plan] = None,
     shapes: Optional[dict] = None,
 ) -> Outputs:
@@ -46,16 +46,16 @@ def emit(
 
     weights[layer][direction] are canonical LayerWeights; x, initial_h, initial_c are builder
     values in the spec's IOLayout; sequence_lens is None, a numpy int array (constant) or a
-    builder value. strategy: "unrolled" (needs spec.seq_len) or "loop" (needs SCAN), or a
+    builder value. emission: "unrolled" (needs spec.seq_len) or "loop" (needs SCAN), or a
     `plan` with the target's tunings. `shapes`: the static shapes of "x" and "h0" (and
     "c0"), dims None where unknown, which tunings that depend on sizes need.
     """
     if plan is None:
         try:
-            plan = Plan(strategy=strategy)
+            plan = Plan(emission=emission)
         except ValueError as e:
-            raise SpecError(spec.name, "strategy", str(e)) from e
-    form = plan.form(spec)
+            raise SpecError(spec.name, "emission", str(e)) from e
+    form = plan.emission_of(spec)
     validate(builder, spec, weights, initial_h, initial_c, sequence_lens, form)
     runtime_lens = sequence_lens is not None and not is_constant(sequence_lens)
     program = build(
@@ -65,7 +65,7 @@ def emit(
         shapes=shapes,
         sequence_lens="input" if runtime_lens else sequence_lens,
     )
-    program = lower(program, dataclasses.replace(plan, strategy=form))
+    program = lower(program, dataclasses.replace(plan, emission=form))
     bindings = {"x": x, "h0": initial_h, "c0": initial_c, "sequence_lens": sequence_lens}
     return Outputs(*translate(builder, program.outputs, bindings))
 
@@ -86,5 +86,5 @@ def emit_step(
     spec = dataclasses.replace(
         spec, seq_len=1, has_initial_h=h is not None, has_initial_c=c is not None
     )
-    plan = dataclasses.replace(plan or Plan(), strategy="unrolled")
+    plan = dataclasses.replace(plan or Plan(), emission="unrolled")
     return emit(builder, spec, weights, x_t, h, c, None, plan=plan, shapes=shapes)

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import activations
 from .builder import Builder, Value
-from .graph import Body, Node, reachable
+from .graph import Body, Node, linear_operands, reachable
 
 
 class _Translator:
@@ -34,7 +34,7 @@ class _Translator:
         order = reachable([o for o in outputs if o is not None])
         for node in order:
             if node.op == "result" and node.args[0].op == "loop":
-                self._used.setdefault(id(node.args[0]), set()).add(node.attrs[0])
+                self._used.setdefault(id(node.args[0]), set()).add(node.attrs.index)
         for node in order:
             if id(node) not in self.values:
                 self.values[id(node)] = self._write(node)
@@ -44,12 +44,12 @@ class _Translator:
         b, op, at = self.b, node.op, node.attrs
         args = [self.values[id(a)] for a in node.args]
         if op == "input":
-            return self.bindings[at[0]]
+            return self.bindings[at.name]
         if op == "external":
-            v = at[0]
+            v = at.value
             return self.outer[id(v)] if isinstance(v, Node) else v
         if op == "const":
-            a, role = at[0], at[1] if len(at) > 1 else None
+            a, role = at.array, at.role
             if a.ndim == 0 and a.dtype.kind == "f" and role is None:
                 return self.scalar(float(a))
             return b.constant(a, "" if role is None else str(role))
@@ -60,11 +60,9 @@ class _Translator:
         if op == "clamp":
             return b.clamp(args[0], *at)
         if op == "act":
-            return activations.apply(b, at[0], args[0], const=self.scalar)
+            return activations.apply(b, at.act, args[0], const=self.scalar)
         if op == "linear":
-            rest = iter(args[1:])
-            w, bias = (next(rest) if isinstance(a, str) else a for a in at[:2])
-            return b.linear(args[0], w, bias, role=at[2])
+            return b.linear(*linear_operands(node, args), role=at.role)
         if op in ("slice", "squeeze", "unsqueeze", "transpose", "reshape", "unstack", "split"):
             return getattr(b, op)(args[0], *at)
         if op in ("concat", "stack"):
@@ -72,11 +70,11 @@ class _Translator:
         if op == "positions":
             return b.positions(args[0])
         if op == "zeros_like_rows":
-            return b.zeros_like_rows(args[0], *at)
+            return b.zeros_like_rows(args[0], at.width)
         if op in ("piece", "result"):
-            return args[0][at[0]]
+            return args[0][at.index]
         if op == "loop":
-            loop = at[0]
+            loop = at.loop
             n = loop.body.num_carried
             outer = {id(v): self._outer(v) for v in _externals(loop.body)}
             used = frozenset(self._used.get(id(node), ()))
@@ -93,9 +91,9 @@ class _Translator:
 
 def _externals(body: Body) -> list:
     return [
-        n.attrs[0]
+        n.attrs.value
         for n in reachable(body.outputs)
-        if n.op == "external" and isinstance(n.attrs[0], Node)
+        if n.op == "external" and isinstance(n.attrs.value, Node)
     ]
 
 
@@ -111,6 +109,6 @@ def translate_body(
     """A loop body written through `builder` (the loop's inner builder): `leaves` are the
     builder values of body.inputs, `outer` the values of the enclosing program's nodes
     the body reads. Returns (new carried values, per-step outputs)."""
-    bindings = {leaf.attrs[0]: v for leaf, v in zip(body.inputs, leaves)}
+    bindings = {leaf.attrs.name: v for leaf, v in zip(body.inputs, leaves)}
     out = _Translator(builder, bindings, outer).run(body.outputs)
     return out[: body.num_carried], out[body.num_carried :]

@@ -1,8 +1,8 @@
 """Target tunings: named passes over a program, each optional, chosen by a target's Plan.
 
 split_projections       one input projection per direction instead of one for both,
-                        sliced: an NPU compiler copies a column slice (Vela: 6,832 cycles
-                        per direction of bigru2 on U85), a CPU takes the slice as a view.
+                        sliced: an NPU compiler copies a column slice (Vela does,
+                        docs/arm_loop_form.md), a CPU takes the slice as a view.
 split_products          one recurrent product per activation group (GRU [r|z] and n,
                         LSTM [i|f|o] and g) instead of one for all gates, sliced:
                         onnxruntime fuses a Gemm with the activation after it, so there two
@@ -22,7 +22,7 @@ row_views               a sequence's steps as row blocks of its 2-D [T*B, X] vie
 loop_rows               a loop reads the rows of the sequence it steps through in place
                         (`first`, no sliced copy after a peeled step) and through the same
                         [T*B, G] view as the peeled step's row: Vela copies a reshape whose
-                        input has other readers (gru_a on U85: a 6,712-cycle copy).
+                        input has other readers.
 """
 
 from __future__ import annotations
@@ -31,7 +31,15 @@ import dataclasses
 
 import numpy as np
 
-from .graph import Body, Node, reachable, rebuild
+from .graph import (
+    Body,
+    LoopAttrs,
+    Node,
+    RecurrenceAttrs,
+    linear_operands,
+    reachable,
+    rebuild,
+)
 from .program import Recurrence, RecurrentProgram
 from .roles import WeightKind
 
@@ -54,11 +62,11 @@ def _readers(outputs: list) -> dict:
 
 
 def _splittable(node: Node, readers: dict, wanted) -> bool:
-    if node.op != "linear" or node.attrs[2] is None or not wanted(node.attrs[2]):
+    if node.op != "linear" or node.attrs.role is None or not wanted(node.attrs.role):
         return False
     users = readers.get(id(node), [])
     return bool(users) and all(
-        u.op == "slice" and u.attrs[0] in (-1, len(node.shape or ()) - 1) for u in users
+        u.op == "slice" and u.attrs.axis in (-1, len(node.shape or ()) - 1) for u in users
     )
 
 
@@ -71,8 +79,8 @@ def _rows(g, w, start: int, end: int, bias: bool = False):
     if not isinstance(w, Node):
         rows = np.ascontiguousarray(w[start:end])
         return rows if np.any(rows) or not bias else None
-    if w.op == "external" and isinstance(w.attrs[0], Node):
-        outer = w.attrs[0]
+    if w.op == "external" and isinstance(w.attrs.value, Node):
+        outer = w.attrs.value
         rows = outer.graph.slice(outer, 0, start, end)
         return None if rows.is_const(0) else g.external(rows, rows.shape)
     rows = g.slice(w, 0, start, end)
@@ -86,10 +94,9 @@ def _split_hook(readers: dict, wanted):
         if args[0].op != "linear":  # the rebuilt product folded away
             return None
         product, g = args[0], node.graph
-        rest = iter(product.args[1:])
-        w, b = (next(rest) if isinstance(a, str) else a for a in product.attrs[:2])
-        _, start, end = node.attrs
-        role = product.attrs[2].sliced(start, end)
+        _, w, b = linear_operands(product)
+        start, end = node.attrs.start, node.attrs.end
+        role = product.attrs.role.sliced(start, end)
         if role.direction is None:  # a projection shared by both directions: its halves
             rows = w.shape[0] if w.shape is not None else None
             role = dataclasses.replace(role, direction="fwd" if start < rows // 2 else "rev")
@@ -117,10 +124,10 @@ def _map_steps(program: RecurrentProgram, fn) -> RecurrentProgram:
     def hook(node: Node, args, new):
         if node.op != "recurrence":
             return None
-        r: Recurrence = node.attrs[0]
+        r: Recurrence = node.attrs.recurrence
         if id(r) not in done:
             done[id(r)] = dataclasses.replace(r, step=fn(r.step))
-        return node.graph._node("recurrence", args, (done[id(r)],), node.shape)
+        return node.graph.node("recurrence", args, RecurrenceAttrs(done[id(r)]), node.shape)
 
     return program.replace(rebuild(program.outputs, hook))
 
@@ -138,15 +145,15 @@ def row_views(program: RecurrentProgram, static_batch: bool) -> RecurrentProgram
         g = node.graph
         if node.op == "piece" and node.args[0].op == "unstack":
             unstack = node.args[0]
-            (axis, n), source = unstack.attrs, unstack.args[0]
+            axis, n, source = unstack.attrs.axis, unstack.attrs.n, unstack.args[0]
             if axis != 0 or n == 1 or len(source.shape or ()) != 3:
                 return None
             if not _static(source.shape, 0, 2, *batch):
                 return None
             T, B, G = source.shape
             rows = g.reshape(new(source), [T * B if static_batch else -1, G])
-            return g.split(rows, 0, n)[node.attrs[0]]
-        if node.op == "stack" and node.attrs[0] == 0 and len(node.args) > 1:
+            return g.split(rows, 0, n)[node.attrs.index]
+        if node.op == "stack" and node.attrs.axis == 0 and len(node.args) > 1:
             shape = _one_shape(node.args)
             if shape is None or len(shape) != 2 or not _static(shape, 1, *(0,) * static_batch):
                 return None
@@ -169,12 +176,11 @@ def _stack_as_columns(g, node: Node, args: list):
     """A stack on an inner axis a ([T, B, O] directions into Y [T, D, B, O]) whose values
     have size 1 on every axis from a to the last, as a concatenation along the last axis
     and a reshape: the same memory order. Vela copies a concatenation on an outer axis one
-    row at a time (the BLSTM-style Y of 50 steps: 100 copies of 256 cycles on U85), one on
-    the last axis one value at a time."""
+    row at a time, one on the last axis in one go (docs/onnx_to_ethos_u.md)."""
     shape = _one_shape(node.args)
     if shape is None or None in shape:
         return None
-    a = node.attrs[0] % (len(shape) + 1)
+    a = node.attrs.axis % (len(shape) + 1)
     if a == len(shape) or any(d != 1 for d in shape[a:-1]):
         return None
     return g.reshape(g.concat(args, -1), [*shape[:a], len(args), *shape[a:]])
@@ -185,12 +191,12 @@ def loop_rows(program: RecurrentProgram) -> RecurrentProgram:
     plans: dict = {}  # id(loop) -> (first, steps, source, batch or None)
     rows: dict = {}  # id(squeeze of a peeled row) -> (source, t, batch)
     for node in reachable([o for o in program.outputs if o is not None]):
-        if node.op != "loop" or len(node.args) != node.attrs[0].body.num_carried + 1:
+        if node.op != "loop" or len(node.args) != node.attrs.loop.body.num_carried + 1:
             continue
-        loop, xs = node.attrs[0], node.args[-1]
+        loop, xs = node.attrs.loop, node.args[-1]
         first, steps, source = 0, None, xs
-        if xs.op == "slice" and xs.attrs[0] == 0 and readers.get(id(xs)) == [node]:
-            _, start, end = xs.attrs
+        if xs.op == "slice" and xs.attrs.axis == 0 and readers.get(id(xs)) == [node]:
+            start, end = xs.attrs.start, xs.attrs.end
             dim = _dim0(xs.args[0])
             if dim is not None and 0 <= start < end <= dim:
                 first, steps, source = start, end - start, xs.args[0]
@@ -198,7 +204,7 @@ def loop_rows(program: RecurrentProgram) -> RecurrentProgram:
         batch = _row_view(source, reader, readers)
         if batch is not None:
             for squeeze in _peeled_rows(source, reader, readers):
-                rows[id(squeeze)] = (source, squeeze.args[0].attrs[1], batch)
+                rows[id(squeeze)] = (source, squeeze.args[0].attrs.start, batch)
         if (first, steps, batch) != (loop.first, loop.steps, None):
             plans[id(node)] = (first, steps, source, batch)
 
@@ -211,8 +217,10 @@ def loop_rows(program: RecurrentProgram) -> RecurrentProgram:
         if node.op == "loop" and id(node) in plans:
             first, steps, source, batch = plans[id(node)]
             xs = view(g, source, new) if batch is not None else new(source)
-            loop = dataclasses.replace(node.attrs[0], first=first, steps=steps, rows_per_step=batch)
-            return g._node("loop", (*args[:-1], xs), (loop,), None)
+            loop = dataclasses.replace(
+                node.attrs.loop, first=first, steps=steps, rows_per_step=batch
+            )
+            return g.node("loop", (*args[:-1], xs), LoopAttrs(loop), None)
         if node.op == "squeeze" and id(node) in rows:
             source, t, batch = rows[id(node)]
             return g.slice(view(g, source, new), 0, t * batch, (t + 1) * batch)
@@ -243,10 +251,10 @@ def _peeled_rows(source: Node, loop: Node, readers: dict) -> list:
     """The squeeze(slice(source, 0, t, t + 1), 0) readers of source: rows read outside."""
     out = []
     for u in readers.get(id(source), []):
-        if u is loop or u.op != "slice" or u.attrs[0] != 0 or u.attrs[2] - u.attrs[1] != 1:
+        if u is loop or u.op != "slice" or u.attrs.axis != 0 or u.attrs.end - u.attrs.start != 1:
             continue
         users = readers.get(id(u), [])
-        if len(users) == 1 and users[0].op == "squeeze" and users[0].attrs[0] == 0:
+        if len(users) == 1 and users[0].op == "squeeze" and users[0].attrs.axis == 0:
             out.append(users[0])
     return out
 
@@ -273,13 +281,15 @@ def _merge_slices(outputs: list, graph) -> list:
         groups: dict = {}
         for u in readers.get(id(source), []):
             if u.op == "slice" and source.shape is not None:
-                axis = u.attrs[0] % len(source.shape)
+                axis = u.attrs.axis % len(source.shape)
                 groups.setdefault(axis, []).append(u)
         for axis, slices in groups.items():
             dim = source.shape[axis]
             if dim is None or len(slices) < 2:
                 continue
-            spans = sorted((*slice(u.attrs[1], u.attrs[2]).indices(dim)[:2], id(u)) for u in slices)
+            spans = sorted(
+                (*slice(u.attrs.start, u.attrs.end).indices(dim)[:2], id(u)) for u in slices
+            )
             if any(a[1] > b[0] or a[0] >= a[1] for a, b in zip(spans, spans[1:])):
                 continue  # overlapping (or empty) pieces
             if spans[-1][0] >= spans[-1][1]:
@@ -317,7 +327,7 @@ def _fuse_linear_add(outputs: list, graph) -> list:
     def fusable(node, other) -> bool:
         return (
             node.op == "linear"
-            and node.attrs[1] is None  # no bias yet
+            and node.attrs.bias is None  # no bias yet
             and len(node.shape or ()) == 2
             and readers.get(id(node)) is not None
             and len(readers[id(node)]) == 1
@@ -331,9 +341,8 @@ def _fuse_linear_add(outputs: list, graph) -> list:
             product, other = node.args[k], node.args[1 - k]
             if fusable(product, other) and args[k].op == "linear":
                 rebuilt = args[k]
-                rest = iter(rebuilt.args[1:])
-                w = next(rest) if isinstance(rebuilt.attrs[0], str) else rebuilt.attrs[0]
-                return node.graph.linear(rebuilt.args[0], w, args[1 - k], rebuilt.attrs[2])
+                x, w, _ = linear_operands(rebuilt)
+                return node.graph.linear(x, w, args[1 - k], rebuilt.attrs.role)
         return None
 
     return rebuild(outputs, hook, graph=graph)
@@ -354,7 +363,7 @@ def _map_loop_bodies(program: RecurrentProgram, fn) -> RecurrentProgram:
 
     def hook(node: Node, args, new):
         if node.op == "loop":
-            return node.graph._node("loop", args, (body_of(node.attrs[0]),), None)
+            return node.graph.node("loop", args, LoopAttrs(body_of(node.attrs.loop)), None)
         return None
 
     outputs = rebuild(program.outputs, hook)

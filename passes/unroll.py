@@ -20,8 +20,8 @@ def instantiate(body: Body, g: Graph, leaves: list) -> list:
     bound = {id(leaf): value for leaf, value in zip(body.inputs, leaves)}
 
     def hook(node: Node, args, new):
-        if node.op == "external" and isinstance(node.attrs[0], Node):
-            return node.attrs[0]
+        if node.op == "external" and isinstance(node.attrs.value, Node):
+            return node.attrs.value
         return bound.get(id(node))
 
     return rebuild(body.outputs, hook, graph=g)
@@ -36,14 +36,14 @@ def unroll(program: RecurrentProgram) -> RecurrentProgram:
             rec = node.args[0]
             if id(rec) not in expanded:  # args[0]: the recurrence over rebuilt inputs
                 expanded[id(rec)] = _steps(program.graph, rec, args[0].args)
-            return expanded[id(rec)][node.attrs[0]]
+            return expanded[id(rec)][node.attrs.index]
         return None
 
     return program.replace(rebuild(program.outputs, hook))
 
 
 def _steps(g: Graph, node: Node, args) -> list:
-    r: Recurrence = node.attrs[0]
+    r: Recurrence = node.attrs.recurrence
     xp, *state = args
     T, p = r.steps, r.cell
     if T is None:

@@ -18,7 +18,7 @@ def validate(
     initial_h,
     initial_c,
     sequence_lens,
-    strategy: str,
+    emission: str,
 ) -> None:
     name = spec.name
 
@@ -77,13 +77,13 @@ def validate(
             given = "a value was" if value is not None else "none was"
             fail(attr, f"spec says has_{attr}={flag} but {given} given")
 
-    # strategy and capabilities
-    if strategy not in FORMS:
-        fail("strategy", f"unknown strategy {strategy!r}; known: {', '.join(FORMS)}")
-    if strategy == "unrolled" and spec.seq_len is None:
+    # emission and capabilities
+    if emission not in FORMS:
+        fail("emission", f"unknown emission {emission!r}; known: {', '.join(FORMS)}")
+    if emission == "unrolled" and spec.seq_len is None:
         fail("seq_len", "unrolled emission needs a static sequence length")
-    if strategy == "loop" and SCAN not in builder.capabilities:
-        fail("strategy", "loop emission needs scan, which this builder lacks")
+    if emission == "loop" and SCAN not in builder.capabilities:
+        fail("emission", "loop emission needs scan, which this builder lacks")
     if sequence_lens is not None:
         if is_constant(sequence_lens):
             lens = sequence_lens
@@ -98,7 +98,7 @@ def validate(
                 fail(
                     "sequence_lens", f"lengths must lie in [0, {spec.seq_len}], got {lens.tolist()}"
                 )
-        run_time_loop = strategy == "loop" and spec.seq_len is None  # compared at run time
+        run_time_loop = emission == "loop" and spec.seq_len is None  # compared at run time
         if (run_time_loop or not is_constant(sequence_lens)) and SELECT not in builder.capabilities:
             fail(
                 "sequence_lens",

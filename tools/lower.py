@@ -46,7 +46,7 @@ flags.DEFINE_enum(
     "in int16 (loop form)",
 )
 flags.DEFINE_float(
-    "cycle_budget", 3.0, "--quantization auto: percent more cycles than int8 it may spend"
+    "cycle_budget", None, "--quantization auto: percent more cycles than int8 it may spend (3)"
 )
 flags.DEFINE_enum(
     "recurrent_weight_bits",
@@ -105,7 +105,7 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
         raise LoweringError("expected exactly one MODEL argument (a .pt2, an .onnx or an example)")
     handler = targets.handler(FLAGS.target)
     options = targets.Options(
-        strategy=FLAGS.emission,
+        emission=FLAGS.emission,
         quantization=FLAGS.quantization,
         cycle_budget=FLAGS.cycle_budget,
         calibration=_path_or_none(FLAGS.calibration),
@@ -132,7 +132,7 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
         )
     npu_only = {
         "--quantization": options.quantization != "auto",
-        "--cycle_budget": options.cycle_budget != 3.0,
+        "--cycle_budget": options.cycle_budget is not None,
         "--keep_recurrent_on_cpu": options.keep_recurrent_on_cpu,
         "--recurrent_weight_bits": options.recurrent_weight_bits != 8,
         "--system_config": options.system_config is not None,

@@ -21,7 +21,7 @@ import onnx.inliner
 from onnx import TensorProto
 
 from recurrent_lowering import passes
-from recurrent_lowering.passes.plan import STRATEGIES, Plan
+from recurrent_lowering.passes.plan import EMISSIONS, Plan
 from recurrent_lowering.passes.spec import SpecError
 
 from .builder import ConstantPool, Names, OnnxBuilder
@@ -140,14 +140,17 @@ def _prefix(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_./:-]", "_", label)
 
 
-def _plan(strategy: str, opset: int, linear_mode: str) -> Plan:
+def _plan(emission: str, opset: int, linear_mode: str, tune_for: str) -> Plan:
     """ONNX's plan: onnxruntime fuses a Gemm with the activation after it (FusedGemm), so
     one product per activation group (GRU [r|z] and n, LSTM [i|f|o] and g) beats one
     product and a Split; it pays per node, so a sequence's steps are one Reshape and one
     Split (Reshape takes its shape as an input from opset 5), the slices of one value one
-    Split, and a step's x_t + h R^T one Gemm (Gemm-7's C broadcasts one way)."""
+    Split, and a step's x_t + h R^T one Gemm (Gemm-7's C broadcasts one way). `auto`
+    unrolls a static length for any runtime, and loops (a Scan) at every length for
+    onnxruntime."""
     return Plan(
-        strategy=strategy,
+        emission=emission,
+        auto_unroll_max_steps=0 if tune_for == "onnxruntime" else None,
         split_products=True,
         row_views="any" if opset >= 5 else None,
         merge_slices=True,
@@ -159,21 +162,21 @@ class _Rewriter:
     def __init__(
         self,
         model,
-        strategy,
+        emission,
         activation_defaults,
         linear_mode,
         require_constant_weights,
         tune_for,
         keep=None,
     ):
-        if strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if emission not in EMISSIONS:
+            raise ValueError(f"emission must be one of {EMISSIONS}, got {emission!r}")
         if tune_for not in TUNINGS:
             raise ValueError(f"tune_for must be one of {TUNINGS}, got {tune_for!r}")
         self.tune_for = tune_for
         self.model = model
         self.require_constant_weights = require_constant_weights
-        self.strategy = strategy
+        self.emission = emission
         self.activation_defaults = activation_defaults
         self.linear_mode = linear_mode
         self.opset = _default_opset(model)
@@ -260,17 +263,14 @@ class _Rewriter:
         batch = _check_inputs(read, builder, self.types)
         time_axis = 1 if batch_first else 0
         steps = builder.static_dim(x, time_axis)
-        strategy = self.strategy
-        if strategy == "auto":
-            static = steps is not None and self.tune_for == "portable"
-            strategy = "unrolled" if static else "loop"
-        if strategy == "unrolled" and steps is None:
+        spec = dataclasses.replace(spec, seq_len=steps)
+        plan = _plan(self.emission, self.opset, self.linear_mode, self.tune_for)
+        if plan.emission_of(spec) == "unrolled" and steps is None:
             raise OnnxReadError(
                 spec.name,
                 "X",
                 "unrolling needs a static sequence length; the loop form takes a dynamic one",
             )
-        spec = dataclasses.replace(spec, seq_len=steps)
         if self.keep is not None and self.keep(dataclasses.replace(read, spec=spec)):
             return None
         state_shape = (batch, spec.num_directions, spec.hidden_size)
@@ -294,7 +294,7 @@ class _Rewriter:
                 h0,
                 c0,
                 sequence_lens=seq,
-                plan=_plan(strategy, self.opset, self.linear_mode),
+                plan=plan,
                 shapes={"x": builder.shape(x), "h0": builder.shape(h0), "c0": builder.shape(c0)},
             )
         except SpecError:
@@ -353,7 +353,7 @@ def _remove_dead(model: onnx.ModelProto, candidates: list) -> None:
 
 def rewrite_model(
     model: onnx.ModelProto,
-    strategy: str = "auto",
+    emission: str = "auto",
     activation_defaults: str = "onnxruntime",
     linear_mode: str = "gemm",
     require_constant_weights: bool = False,
@@ -362,7 +362,7 @@ def rewrite_model(
 ) -> onnx.ModelProto:
     """A copy of `model` without GRU/LSTM/RNN nodes (but those `keep` keeps).
 
-    strategy: "unrolled" (static T), "loop" (one ONNX Scan per direction), or "auto"
+    emission: "unrolled" (static T), "loop" (one ONNX Scan per direction), or "auto"
     (unrolled when the node's sequence length is static, else the loop form).
     activation_defaults: "onnxruntime" or "onnx", whose alpha/beta defaults apply when a
     node omits them (they differ for Affine, ThresholdedRelu and ScaledTanh).
@@ -380,7 +380,7 @@ def rewrite_model(
     out.CopyFrom(model)
     out = _inline_functions_with_recurrent_nodes(out)
     _Rewriter(
-        out, strategy, activation_defaults, linear_mode, require_constant_weights, tune_for, keep
+        out, emission, activation_defaults, linear_mode, require_constant_weights, tune_for, keep
     ).run()
     return out
 

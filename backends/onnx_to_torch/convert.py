@@ -1,11 +1,12 @@
 """An ONNX model without recurrent nodes as a torch module that torch.export can trace.
 
 This is the bridge of the ONNX -> Ethos-U route (docs/onnx_to_ethos_u.md): `rewrite_model`
-(strategy "unrolled") leaves only elementary ops, onnx2torch turns them into a
+(emission "unrolled") leaves only elementary ops, onnx2torch turns them into a
 torch.fx.GraphModule, and ExecuTorch's Arm flow takes it from there.
 
-onnx2torch is used as installed (1.5.15, without torchvision) and is not patched. What
-is added here, each because the raw conversion cannot be exported or lowers badly:
+onnx2torch is used as installed (1.5.15, without torchvision); what its converter registry
+gets added lives in compat/. What is added here, each because the raw conversion cannot be
+exported or lowers badly:
 
 - Its Slice, Split(13), Squeeze/Unsqueeze(13), Reshape, Pad, Gather, ScatterND and Pow
   modules take their indices (or exponent) as tensors and read them with `.numpy()`/`.tolist()` (or
@@ -19,16 +20,11 @@ is added here, each because the raw conversion cannot be exported or lowers badl
   one per group (npu_forms).
 - MatMul by a constant matrix (and its bias Add) becomes nn.Linear, which the Arm
   quantizer quantizes per output channel.
-- The registry stops at opset 17 for several ops. Versions that only added element types
-  (listed in `_TYPE_ONLY_VERSIONS`) reuse the previous converter; Split-18 and
-  ThresholdedRelu (missing altogether, and emitted by the rewrite) get their own, and
-  ScatterND-18 reuses ScatterND-16's where it adds no reduction.
+- Recurrent nodes become nn.GRU/LSTM/RNN or the layer op (recurrent_modules), and the
+  converters onnx2torch lacks are added to its registry (compat).
 """
 
 from __future__ import annotations
-
-import functools
-import math
 
 import numpy as np
 import onnx
@@ -40,107 +36,13 @@ from recurrent_lowering.backends.onnx.reader import is_recurrent
 
 from . import npu_forms, static_modules
 from . import recurrent_modules as torch_recurrent
-from .torchvision_stub import torchvision_stub
+from .compat import onnx2torch
 
-# (op, version) whose change over the previous version only added element types
-# (float8/int4/bfloat16...) that nothing here produces: the older converter is exact.
-_TYPE_ONLY_VERSIONS = {
-    "Cast": (19, 21, 23),
-    "Constant": (19, 21, 23),
-    "Identity": (19, 21, 23),
-    "Reshape": (19, 21, 23),
-    "Shape": (19, 21, 23),
-    "Flatten": (21, 23),
-    "Transpose": (21, 23),
-    "Squeeze": (23,),
-    "Unsqueeze": (21, 23),
-    "Elu": (22,),
-    "HardSigmoid": (22,),
-    "Softplus": (22,),
-    "Softsign": (22,),
-}
 _CONTROL_FLOW = ("Scan", "Loop", "If")
 
 
 class ToTorchError(ValueError):
     """The ONNX model cannot become an exportable torch module; the message names the node."""
-
-
-@functools.lru_cache(maxsize=None)
-def _onnx2torch():
-    """onnx2torch, imported with the torchvision stand-in, its registry extended."""
-    with torchvision_stub():
-        import onnx2torch
-        from onnx2torch.node_converters import registry
-    for op, versions in _TYPE_ONLY_VERSIONS.items():
-        for version in versions:
-            previous = registry.get_converter(op, version - 1)
-            _register(registry, op, version, previous)
-    _register(registry, "Split", 18, _convert_split18)
-    _register(registry, "ScatterND", 18, _scatter_nd18(registry.get_converter("ScatterND", 16)))
-    torch_recurrent.register(registry)
-    for version in (10, 22):  # the rewrite emits it for the ThresholdedRelu activation
-        _register(registry, "ThresholdedRelu", version, _convert_thresholded_relu)
-    return onnx2torch
-
-
-def _register(registry, op: str, version: int, converter) -> None:
-    try:
-        registry.add_converter(operation_type=op, version=version)(converter)
-    except ValueError:  # already registered: a newer onnx2torch has its own
-        pass
-
-
-class _SplitChunks(nn.Module):
-    """Split-18 with `num_outputs`: chunks of ceil(dim / n), the last one smaller."""
-
-    def __init__(self, num_outputs: int, axis: int):
-        super().__init__()
-        self.num_outputs, self.axis = num_outputs, axis
-
-    def forward(self, x):
-        return torch.split(x, math.ceil(x.shape[self.axis] / self.num_outputs), dim=self.axis)
-
-
-def _convert_split18(node, graph):
-    from onnx2torch.node_converters.split import OnnxSplit13
-    from onnx2torch.utils.common import OperationConverterResult, onnx_mapping_from_node
-
-    axis = node.attributes.get("axis", 0)
-    outputs = len(node.output_values)
-    has_sizes = len(node.input_values) > 1 and node.input_values[1]
-    module = (
-        OnnxSplit13(num_splits=outputs, axis=axis) if has_sizes else _SplitChunks(outputs, axis)
-    )
-    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
-
-
-def _scatter_nd18(convert16):
-    """ScatterND-18 only added the max and min reductions: the same without them."""
-
-    def convert(node, graph):
-        reduction = node.attributes.get("reduction", "none")
-        if reduction in ("max", "min"):
-            raise NotImplementedError(f"ScatterND with reduction {reduction!r}")
-        return convert16(node, graph)
-
-    return convert
-
-
-class ThresholdedRelu(nn.Module):
-    def __init__(self, alpha: float):
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x):
-        return torch.where(x > self.alpha, x, torch.zeros_like(x))
-
-
-def _convert_thresholded_relu(node, graph):
-    from onnx2torch.utils.common import OperationConverterResult, onnx_mapping_from_node
-
-    module = ThresholdedRelu(float(node.attributes.get("alpha", 1.0)))
-    return OperationConverterResult(torch_module=module, onnx_mapping=onnx_mapping_from_node(node))
 
 
 def _constant(gm: torch.fx.GraphModule, arg):
@@ -352,11 +254,11 @@ def _check_convertible(model: onnx.ModelProto, recurrent: dict) -> None:
             if torch_recurrent.key(node.output) in recurrent:
                 continue
             raise ToTorchError(
-                f"{label}: rewrite recurrent nodes first (rewrite_model(strategy='unrolled'))"
+                f"{label}: rewrite recurrent nodes first (rewrite_model(emission='unrolled'))"
             )
         if node.op_type in _CONTROL_FLOW:
             raise ToTorchError(
-                f"{label}: control flow has no static torch graph; rewrite with strategy='unrolled'"
+                f"{label}: control flow has no static torch graph; rewrite with emission='unrolled'"
             )
 
 
@@ -406,10 +308,10 @@ def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torc
     recurrent = recurrent or {}
     _check_convertible(model, recurrent)
     model, recurrent = _graph_outputs_through_identity(model, recurrent)
-    onnx2torch = _onnx2torch()
+    converter = onnx2torch()
     try:
         with torch_recurrent.nodes(recurrent):
-            gm = onnx2torch.convert(model)
+            gm = converter.convert(model)
     except NotImplementedError as e:
         raise ToTorchError(f"onnx2torch cannot convert this model: {e}") from e
     gm.eval()  # before any pass runs it: a BatchNorm in training mode updates its statistics

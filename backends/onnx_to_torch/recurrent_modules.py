@@ -28,7 +28,7 @@ import torch
 from onnx import defs
 from torch import nn
 
-from recurrent_lowering.backends.executorch_arm import layer_op
+from recurrent_lowering.backends.executorch_arm.recurrent_ops import layer_op
 from recurrent_lowering.backends.onnx.reader import RECURRENT_OPS, RecurrentNode
 from recurrent_lowering.passes import gate_order
 from recurrent_lowering.passes.spec import DEFAULT_ACTIVATIONS, RELU, CellKind, Direction

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 from recurrent_lowering.benchmarks import sqnr_attribution as sa
 from recurrent_lowering.examples import models
+from recurrent_lowering.runtime.metrics import sqnr_db
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def converted(tmp_path_factory):
     """(module, inputs, converted GraphModule) for tiny_gru with our decomposition."""
     module, inputs = models.build("tiny_gru")
     spec = flow.compile_spec("TOSA-1.0+INT", tmp_path_factory.mktemp("tosa"), None, None)
-    qf, _ = flow.factories("ours", ArmPlan("TOSA-1.0+INT"))
+    qf = sa.quantizer_for("ours", "TOSA-1.0+INT")
     return module, inputs, sa.quantize(module, inputs, spec, qf)
 
 
@@ -56,4 +56,4 @@ def test_attribution_floor_is_not_below_all(converted):
     # values on a 0.002 grid) absorbs the internal noise, so the floor may equal the total
     assert r["floor_io_and_weights"] >= r["all"]
     assert r["weights_only"] > r["all"] + 10
-    assert abs(r["all"] - flow.sqnr_db(reference, gm(*inputs).detach().numpy())) < 1e-6
+    assert abs(r["all"] - sqnr_db(reference, gm(*inputs).detach().numpy())) < 1e-6

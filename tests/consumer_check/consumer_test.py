@@ -16,6 +16,8 @@ What a team depending on this repository relies on, checked in order:
    lowering, a model only its own action.
 6. A threshold beyond what a model reaches fails its test; `bazel coverage` reports the lines
    a py_test ran, in this repository's files and the consumer's.
+7. The rule's .tosa is the one `flow.lower` writes for the same model and options, in a
+   Python process of its own: the rule, the command line it runs and the API are one path.
 The checkouts are copies, so the working tree stays untouched. This script lives in a
 directory of its own: Python puts a script's directory first on sys.path, and tests/ holds
 packages (tests/onnx) named like the libraries imported here.
@@ -23,6 +25,7 @@ packages (tests/onnx) named like the libraries imported here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import shutil
@@ -121,7 +124,7 @@ def check_edits(repo: pathlib.Path, b: Workspace, dep: pathlib.Path, envs) -> No
     cheap = ("//models:kws_gru_aten", "//models:kws_gru_onnx")  # not the U55 model: time
     append(dep / "backends" / "onnx" / "folding.py", "# edited by consumer_test\n")
     assert ran(b.lowering(*MODELS)) == list(ONNX_MODELS), "an ONNX-adapter edit re-lowered more"
-    append(dep / "backends" / "executorch_arm" / "decompose.py", "# edited by consumer_test\n")
+    append(dep / "backends" / "executorch_arm" / "flow.py", "# edited by consumer_test\n")
     assert ran(b.lowering(*cheap)) == ["//models:kws_gru_aten"], "an adapter edit re-lowered ONNX"
     append(dep / "requirements.txt", "# edited by consumer_test\n")
     offer_environment(repo, dep, envs)
@@ -132,6 +135,33 @@ def check_edits(repo: pathlib.Path, b: Workspace, dep: pathlib.Path, envs) -> No
     proto.doc_string = "changed"
     onnx.save(proto, str(model))
     assert ran(b.lowering(*cheap)) == list(ONNX_MODELS), "a model edit re-lowered others"
+
+
+_FLOW = """
+import hashlib, sys, tempfile, torch
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.exported import as_module
+ep = torch.export.load(sys.argv[1])
+result = flow.lower(as_module(ep), ep.example_inputs[0], "ethos-u55-128", tempfile.mkdtemp())
+print(hashlib.sha256(result.tosa_files[0].read_bytes()).hexdigest())
+"""
+
+
+def check_same_as_flow(a: Workspace, dep: pathlib.Path, tmp: pathlib.Path) -> None:
+    """The rule's kws_gru_u55.tosa against flow.lower's on the same .pt2 and options."""
+    imports = tmp / "imports"
+    imports.mkdir()
+    (imports / "recurrent_lowering").symlink_to(dep)
+    flow = subprocess.run(
+        [sys.executable, "-c", _FLOW, str(a.root / "models" / "kws_gru.pt2")],
+        env={**nested_env(tmp / "envs"), "PYTHONPATH": str(imports)},
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+    )
+    assert flow.returncode == 0, flow.stderr[-3000:]
+    rule = hashlib.sha256((a.bin() / "models" / "kws_gru_u55.tosa").read_bytes()).hexdigest()
+    assert flow.stdout.split()[-1] == rule, "the rule's .tosa is not flow.lower's"
 
 
 def check_coverage(a: Workspace) -> None:
@@ -163,6 +193,7 @@ def main() -> int:
                 except AssertionError:
                     print(grid.logs(), file=sys.stderr)
                     raise
+            check_same_as_flow(a, dep_a, tmp)
             check_inputs(b)
             check_edits(repo, b, dep_b, envs)
             check_coverage(a)

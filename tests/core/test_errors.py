@@ -95,12 +95,12 @@ CASES = [
         "run_time_loop_lens_without_positions",
         dict(has_sequence_lens=True, seq_len=None),
         {},
-        dict(sequence_lens="lens", strategy="loop"),
+        dict(sequence_lens="lens", emission="loop"),
         frozenset({SELECT, SCAN}),
         "sequence_lens",
     ),
-    ("scan_without_scan", {}, {}, dict(strategy="loop"), frozenset(), "strategy"),
-    ("unknown_strategy", {}, {}, dict(strategy="fast"), None, "strategy"),
+    ("scan_without_scan", {}, {}, dict(emission="loop"), frozenset(), "emission"),
+    ("unknown_strategy", {}, {}, dict(emission="fast"), None, "emission"),
     ("unrolled_without_seq_len", dict(seq_len=None), {}, {}, None, "seq_len"),
 ]
 

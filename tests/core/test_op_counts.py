@@ -53,7 +53,7 @@ VARIANTS = {
 
 
 def _emit(
-    kind, variant="plain", T=4, D=1, layers=1, init=True, strategy="unrolled", lens=None, **kw
+    kind, variant="plain", T=4, D=1, layers=1, init=True, emission="unrolled", lens=None, **kw
 ):
     cell = CellKind(kind)
     spec = RecurrentSpec(
@@ -73,7 +73,7 @@ def _emit(
     b = CountingBuilder()
     lstm = cell is CellKind.LSTM
     h0, c0 = ("h0" if init else None), ("c0" if init and lstm else None)
-    emit(b, spec, w, "x", h0, c0, lens, strategy=strategy)
+    emit(b, spec, w, "x", h0, c0, lens, emission=emission)
     return spec, b
 
 
@@ -99,7 +99,7 @@ def test_bidirectional_doubles_per_step_ops(kind, variant):
 
 @pytest.mark.parametrize("kind,variant", PER_STEP, ids=["-".join(k) for k in PER_STEP])
 def test_loop_body_is_the_step_plus_gate_slices_of_x(kind, variant):
-    _, b = _emit(kind, variant, T=5, strategy="loop")
+    _, b = _emit(kind, variant, T=5, emission="loop")
     (body,) = b.bodies
     assert body.counts() == PER_STEP[kind, variant] + LOOP_EXTRA[kind]
     assert b.counts()["loop"] == 1

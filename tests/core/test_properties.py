@@ -99,12 +99,12 @@ def _inputs(spec: RecurrentSpec, B: int, seed: int, peephole: bool):
     return weights, x, h0, c0
 
 
-def _run(spec, weights, x, h0, c0, seq, strategy="unrolled", dtype=np.float32, runtime=False):
+def _run(spec, weights, x, h0, c0, seq, emission="unrolled", dtype=np.float32, runtime=False):
     b = NumpyBuilder(dtype)
     args = [None if a is None else b.input(a) for a in (x, h0, c0)]
     if runtime and seq is not None:
         seq = b.input(seq)
-    return emit(b, spec, weights, *args, seq, strategy=strategy)
+    return emit(b, spec, weights, *args, seq, emission=emission)
 
 
 def _close(a, b, tol=1e-5):
@@ -121,9 +121,9 @@ def test_unrolled_equals_loop_and_runtime_lens(cfg):
     weights, x, h0, c0 = _inputs(spec, B, seed, peephole)
     ref = _run(spec, weights, x, h0, c0, seq)
     ref = (ref.y, ref.h, ref.c)
-    for strategy in ("unrolled", "loop"):
+    for emission in ("unrolled", "loop"):
         for runtime in (False, True) if seq is not None else (False,):
-            out = _run(spec, weights, x, h0, c0, seq, strategy, runtime=runtime)
+            out = _run(spec, weights, x, h0, c0, seq, emission, runtime=runtime)
             _close((out.y, out.h, out.c), ref)
     # the loop needs no static T (slices run to the end; lengths compare with positions)
     dynamic = dataclasses.replace(spec, seq_len=None)

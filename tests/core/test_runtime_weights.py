@@ -54,14 +54,14 @@ def _spec(kind, extra, D=2, layers=2, T=5, strategy_loop=False):
     )
 
 
-def _run(spec, weights, strategy):
+def _run(spec, weights, emission):
     nb = NumpyBuilder()
     rng = np.random.default_rng(1)
     L = spec.num_layers * spec.num_directions
     x = nb.input(rng.uniform(-1, 1, (spec.seq_len, 2, spec.input_size)))
     h0 = nb.input(rng.uniform(-1, 1, (L, 2, spec.output_size)))
     c0 = nb.input(rng.uniform(-1, 1, (L, 2, spec.hidden_size))) if spec.has_initial_c else None
-    out = emit(nb, spec, weights, x, h0, c0, strategy=strategy)
+    out = emit(nb, spec, weights, x, h0, c0, emission=emission)
     return [v for v in (out.y, out.h, out.c) if v is not None]
 
 
@@ -78,16 +78,16 @@ def _runtime(weights, wrap):
 
 
 @pytest.mark.parametrize(
-    "config,strategy",
+    "config,emission",
     list(itertools.product(range(len(CONFIGS)), ["unrolled", "loop"])),
 )
-def test_runtime_canonical_weights_match_constants(config, strategy):
+def test_runtime_canonical_weights_match_constants(config, emission):
     kind, extra, peephole = CONFIGS[config]
     spec = _spec(kind, extra)
     weights = random_weights(spec, np.random.default_rng(0), peephole=peephole)
     nb = NumpyBuilder()
     runtime = _runtime(weights, nb.input)
-    for g, w in zip(_run(spec, runtime, strategy), _run(spec, weights, strategy), strict=True):
+    for g, w in zip(_run(spec, runtime, emission), _run(spec, weights, emission), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
 
 

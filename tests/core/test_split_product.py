@@ -28,9 +28,9 @@ VARIANTS = {  # (cell, spec fields, peepholes)
 }
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
+@pytest.mark.parametrize("emission", ["unrolled", "loop"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_split_products_give_the_same_numbers(variant, strategy):
+def test_split_products_give_the_same_numbers(variant, emission):
     kind, extra, peephole = VARIANTS[variant]
     cell = CellKind(kind)
     lstm = cell is CellKind.LSTM
@@ -54,7 +54,7 @@ def test_split_products_give_the_same_numbers(variant, strategy):
 
     def run(split: bool):
         b = NumpyBuilder()
-        plan = Plan(strategy=strategy, split_products=split)
+        plan = Plan(emission=emission, split_products=split)
         out = emit(b, spec, w, b.input(x), b.input(h0), b.input(c0) if lstm else None, plan=plan)
         return [v for v in (out.y, out.h, out.c) if v is not None]
 

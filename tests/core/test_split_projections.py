@@ -33,9 +33,9 @@ def _spec(kind: str, layers: int = 2) -> RecurrentSpec:
     )
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
+@pytest.mark.parametrize("emission", ["unrolled", "loop"])
 @pytest.mark.parametrize("kind", ["GRU", "LSTM", "RNN"])
-def test_split_projections_give_the_same_numbers(kind, strategy):
+def test_split_projections_give_the_same_numbers(kind, emission):
     spec = _spec(kind)
     w = random_weights(spec, np.random.default_rng(0))
     rng = np.random.default_rng(1)
@@ -45,7 +45,7 @@ def test_split_projections_give_the_same_numbers(kind, strategy):
 
     def run(split: bool):
         b = NumpyBuilder()
-        plan = Plan(strategy=strategy, split_projections=split)
+        plan = Plan(emission=emission, split_projections=split)
         c = b.input(c0) if c0 is not None else None
         out = emit(b, spec, w, b.input(x), b.input(h0), c, plan=plan)
         return [v for v in (out.y, out.h, out.c) if v is not None]

@@ -62,19 +62,19 @@ def _same_numbers(spec, base: Plan, tuned: Plan, B=B):
     return _kinds(a), _kinds(b), b
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
-def test_merge_slices_makes_one_split_of_disjoint_slices(strategy):
+@pytest.mark.parametrize("emission", ["unrolled", "loop"])
+def test_merge_slices_makes_one_split_of_disjoint_slices(emission):
     spec = _spec()
-    base = Plan(strategy=strategy, split_products=True)
+    base = Plan(emission=emission, split_products=True)
     before, after, _ = _same_numbers(spec, base, dataclasses.replace(base, merge_slices=True))
     assert before["split"] == 0 and after["split"] > 0
     assert after["slice"] < before["slice"]
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
-def test_fuse_linear_add_takes_the_added_value_as_bias(strategy):
+@pytest.mark.parametrize("emission", ["unrolled", "loop"])
+def test_fuse_linear_add_takes_the_added_value_as_bias(emission):
     spec = _spec("LSTM", has_initial_h=True, has_initial_c=True)
-    base = Plan(strategy=strategy, split_products=True)
+    base = Plan(emission=emission, split_products=True)
     before, after, tuned = _same_numbers(
         spec, base, dataclasses.replace(base, fuse_linear_add=True)
     )
@@ -89,7 +89,7 @@ def test_fuse_linear_add_takes_the_added_value_as_bias(strategy):
 
 def test_row_views_read_steps_as_rows_of_one_view():
     spec = _spec()
-    base = Plan(strategy="unrolled")
+    base = Plan(emission="unrolled")
     before, after, _ = _same_numbers(spec, base, dataclasses.replace(base, row_views="static"))
     assert before["unstack"] > 0 and after["unstack"] == 0
     assert after["reshape"] > 0 and after["split"] == before["unstack"]
@@ -97,10 +97,10 @@ def test_row_views_read_steps_as_rows_of_one_view():
     assert before["stack"] == 3 and after["stack"] == 1
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
-def test_row_views_stack_the_directions_of_one_sequence_as_columns(strategy):
+@pytest.mark.parametrize("emission", ["unrolled", "loop"])
+def test_row_views_stack_the_directions_of_one_sequence_as_columns(emission):
     spec = _spec("LSTM")
-    base = Plan(strategy=strategy)
+    base = Plan(emission=emission)
     before, after, tuned = _same_numbers(
         spec, base, dataclasses.replace(base, row_views="static"), B=1
     )
@@ -112,7 +112,7 @@ def test_row_views_stack_the_directions_of_one_sequence_as_columns(strategy):
 
 def test_loop_rows_reads_the_projection_in_place_through_one_view():
     spec = dataclasses.replace(_spec(), direction=Direction.FORWARD)
-    base = Plan(strategy="loop", loop_initial_in_ys=True)
+    base = Plan(emission="loop", loop_initial_in_ys=True)
     _, _, tuned = _same_numbers(spec, base, dataclasses.replace(base, loop_rows=True))
     (loop,) = [n for n in reachable([o for o in tuned.outputs if o]) if n.op == "loop"]
     attrs = loop.attrs[0]

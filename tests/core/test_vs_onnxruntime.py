@@ -62,7 +62,7 @@ def _cases():
         init=(False, True, "h_only"),
         layout=(0, 1),
         bias=(True, False),
-        strategy=("unrolled", "loop"),
+        emission=("unrolled", "loop"),
     )
     per_cell = {
         CellKind.GRU: dict(linear_before_reset=(False, True)),
@@ -132,7 +132,7 @@ def test_matches_onnxruntime(case):
         y_ref = np.transpose(y_ref, (2, 0, 1, 3))
         h_ref, c_ref = (None if a is None else np.swapaxes(a, 0, 1) for a in (h_ref, c_ref))
     seq = None if lens is None else (lens if case["lens"] == "const" else b.input(lens))
-    out = emit(b, spec, weights, x, h0, c0, seq, strategy=case["strategy"])
+    out = emit(b, spec, weights, x, h0, c0, seq, emission=case["emission"])
     np.testing.assert_allclose(out.y, y_ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out.h, h_ref, rtol=1e-5, atol=1e-5)
     if lstm:

@@ -16,7 +16,7 @@ from recurrent_lowering.tests.core.torch_ref import make_module, run_module, spe
 KINDS = ("GRU", "LSTM", "RNN_TANH", "RNN_RELU")
 FULL = [
     dict(
-        kind=k, layers=L, bidir=d, bias=b, batch_first=bf, proj=p, batch=B, T=T, init=i, strategy=s
+        kind=k, layers=L, bidir=d, bias=b, batch_first=bf, proj=p, batch=B, T=T, init=i, emission=s
     )
     for k, L, d, b, bf, p, B, T, i, s in itertools.product(
         KINDS,
@@ -64,7 +64,7 @@ def test_matches_torch_eager(case):
         h0 = rng.standard_normal((case["layers"] * D, B, case["proj"] or H)).astype(np.float32)
         c0 = rng.standard_normal((case["layers"] * D, B, H)).astype(np.float32) if lstm else None
     spec, weights = spec_and_weights(m, case["kind"], T, h0 is not None, c0 is not None)
-    out = emit(NumpyBuilder(), spec, weights, x, h0, c0, strategy=case["strategy"])
+    out = emit(NumpyBuilder(), spec, weights, x, h0, c0, emission=case["emission"])
     y, hn, cn = run_module(m, x, h0, c0)
     np.testing.assert_allclose(out.y, y, atol=1e-5, rtol=0)
     np.testing.assert_allclose(out.h, hn, atol=1e-5, rtol=0)

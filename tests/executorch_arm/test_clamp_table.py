@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from executorch.backends.arm._passes import arm_pass_manager as apm
 
-from recurrent_lowering.backends.executorch_arm import clamp_table, flow
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.compat import clamp_table
+from recurrent_lowering.runtime import arm_numerics
+
+_INSERTIONS = clamp_table.insertions
 
 
 class _Clipped(torch.nn.Module):
@@ -30,11 +33,11 @@ def _case():
 
 
 def _lower(monkeypatch, tmp_path, fold: bool):
-    monkeypatch.setattr(apm, "_registered_pass_insertions", {})  # no other test's passes
-    monkeypatch.setattr(clamp_table, "_installed", not fold)  # lower() installs it if fold
+    # lower() installs the compat passes around itself: these ones, or none of them
+    monkeypatch.setattr(clamp_table, "insertions", _INSERTIONS if fold else lambda: [])
     module, inputs = _case()
     result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path)
-    return result, flow.check_numerics(result, module, inputs)
+    return result, arm_numerics.check(result, module, inputs)
 
 
 def test_the_clamp_folds_and_the_integers_stay(monkeypatch, tmp_path):
@@ -70,7 +73,7 @@ def test_an_int16_clip_becomes_the_range_of_its_input(tmp_path):
     with torch.no_grad():
         assert ((module.a(x) + 0.1).abs() > 0.5).float().mean() > 0.5  # the clip bites
     result = flow.lower(
-        module, (x,), "TOSA-1.0+INT+int16", artifact_dir=tmp_path, activations="int16"
+        module, (x,), "TOSA-1.0+INT+int16", artifact_dir=tmp_path, quantization="int16"
     )
     assert "CLAMP" not in result.tosa_op_counts and result.tosa_op_counts["TABLE"] == 1
-    assert flow.check_numerics(result, module, (x,)).sqnr_db > 50
+    assert arm_numerics.check(result, module, (x,)).sqnr_db > 50

@@ -16,10 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from recurrent_lowering.backends.executorch_arm.decompose import (
-    TARGET_OPS,
-    decompose_recurrent,
-)
+from recurrent_lowering.backends.executorch_arm.emission.decompose import decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.recurrent_ops.aten import TARGET_OPS
 from recurrent_lowering.passes.spec import SpecError
 
 warnings.filterwarnings("ignore", message=".*were assigned during export.*")

@@ -4,6 +4,7 @@ on the TOSA reference model against fp32 torch eager."""
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.examples import models
+from recurrent_lowering.runtime import arm_numerics
 from recurrent_lowering.tests.executorch_arm.e2e_case import case
 
 # SQNR floor: the measured figures are 47-58 dB (docs/results/arm_benchmark.md, tiny models).
@@ -24,6 +25,6 @@ def test_export_quantize_lower_vela_numerics(tmp_path):
     assert summary.cycles > 0
     assert all(op.target == "NPU" for op in result.vela.ops)
     assert result.executorch_vela.cycles == summary.cycles  # the network in the .pte
-    numerics = flow.check_numerics(result, module, inputs)
+    numerics = arm_numerics.check(result, module, inputs)
     print(f"{name} on {target}: {summary.cycles} cycles, SQNR {numerics.sqnr_db:.1f} dB")
     assert numerics.sqnr_db > MIN_SQNR_DB

@@ -18,8 +18,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from recurrent_lowering import passes
-from recurrent_lowering.backends.executorch_arm.fx_builder import FxBuilder, ProductForm
-from recurrent_lowering.backends.executorch_arm.fx_constants import ModuleConstants
+from recurrent_lowering.backends.executorch_arm.emission.fx_builder import FxBuilder, ProductForm
+from recurrent_lowering.backends.executorch_arm.emission.fx_constants import ModuleConstants
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan, core_plan
 from recurrent_lowering.passes import CellKind, Direction, IOLayout, RecurrentSpec
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
@@ -176,7 +176,7 @@ def test_products_per_target():
     ],
 )
 def test_auto_picks_the_form_by_length(target, steps, form):
-    from recurrent_lowering.backends.executorch_arm.decompose import decompose_recurrent
+    from recurrent_lowering.backends.executorch_arm.emission.decompose import decompose_recurrent
     from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
 
     module = torch.nn.GRU(4, 8, batch_first=True).eval()
@@ -195,7 +195,7 @@ def test_loop_form_glue(kind, bidirectional):
     [T*B, G] view (the peeled row too; Vela copies a reshape whose input has other
     readers), and the scan's result already holds the peeled step's h (no concat after
     it). Numbers unchanged."""
-    from recurrent_lowering.backends.executorch_arm.decompose import decompose_recurrent
+    from recurrent_lowering.backends.executorch_arm.emission.decompose import decompose_recurrent
     from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
 
     torch.manual_seed(0)

@@ -5,26 +5,22 @@ rejected by the partitioner, the rest delegated.
   runtime (no aten::gru kernel there) and equals torch eager to 1e-5;
 - stream_gru on Ethos-U55-128 (INT8): the GRU stays in float on the CPU, the head is one
   delegate; checked split: the CPU part's ops, run as their own CPU-only program on the host,
-  feed the delegate's .tosa on the TOSA reference model (see delegate_run.py); the whole
-  program run at once (delegate_run.run_program: CPU ops in torch eager) agrees with that;
+  feed the delegate's .tosa on the TOSA reference model (runtime/delegate_run.py); the
+  whole program run at once (delegate_run.run_program: CPU ops in torch eager) agrees;
 - ops Ethos-U55 cannot run (gt, where) stay on the CPU between two delegates, with reasons;
-  flow.check_numerics runs that program whole against fp32 torch eager.
+  arm_numerics.check runs that program whole against fp32 torch eager.
 """
 
 import numpy as np
 import torch
+import tosa_serializer as ts
 from torch import nn
 
-from recurrent_lowering.backends.executorch_arm import (
-    arm_hooks,
-    delegate_run,
-    fallback,
-    flow,
-    streaming,
-)
-from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.emission import origin
+from recurrent_lowering.backends.executorch_arm.partition import cpu_reasons as fallback
 from recurrent_lowering.examples import models
-from recurrent_lowering.runtime import executorch_host
+from recurrent_lowering.runtime import arm_numerics, delegate_run, executorch_host, streaming
 from recurrent_lowering.tests.executorch_arm.fallback_models import MaskedHead
 
 
@@ -40,36 +36,25 @@ class Recurrent(nn.Module):
 
 
 def _lower_keeping_recurrent(module, inputs, target, tmp_path, calibration=None):
-    partitioners = []
-
-    plan = ArmPlan(target, keep_recurrent_on_cpu=True)
-
-    def partitioner_factory(spec):
-        partitioners.append(arm_hooks.create_partitioner(spec, plan))
-        return partitioners[-1]
-
-    result = flow.lower(
+    return flow.lower(
         module,
         inputs,
         target,
-        artifact_dir=tmp_path,
+        tmp_path,
         calibration_inputs=calibration,
-        quantizer_factory=arm_hooks.quantizer_factory(plan),
-        partitioner_factory=partitioner_factory,
+        keep_recurrent_on_cpu=True,
         run_vela=False,
     )
-    (partitioner,) = partitioners
-    return result, partitioner
 
 
 def test_bare_gru_on_cpu_runs_on_host(tmp_path):
     torch.manual_seed(0)
     module = Recurrent(nn.GRU(8, 16, batch_first=True)).eval()
     inputs = (torch.randn(1, 3, 8), torch.randn(1, 1, 16) * 0.5)
-    result, partitioner = _lower_keeping_recurrent(module, inputs, "TOSA-1.0+FP", tmp_path)
+    result = _lower_keeping_recurrent(module, inputs, "TOSA-1.0+FP", tmp_path)
     assert result.num_delegates == 0
     assert result.cpu_nodes > 0
-    assert dict(partitioner.cpu_reasons) == {fallback.KEPT_ON_CPU: result.cpu_nodes}
+    assert dict(result.cpu_reasons) == {fallback.KEPT_ON_CPU: result.cpu_nodes}
     outputs = executorch_host.run_pte(result.pte, [t.numpy() for t in inputs])
     with torch.no_grad():
         expected = module(*inputs)
@@ -82,11 +67,9 @@ def test_stream_gru_u55_gru_on_cpu_head_delegated(tmp_path):
     module, inputs = models.build("stream_gru")
     h0 = torch.zeros(inputs[1].shape)  # a stream starting from rest
     calibration = streaming.fp32_states(module, streaming.frames(32, inputs[0].shape, 1), h0)
-    mixed, partitioner = _lower_keeping_recurrent(
-        module, inputs, "ethos-u55-128", tmp_path / "u55", calibration
-    )
+    mixed = _lower_keeping_recurrent(module, inputs, "ethos-u55-128", tmp_path / "u55", calibration)
     assert mixed.num_delegates == 1 and b"vela_bin_stream" in mixed.pte
-    reasons = dict(partitioner.cpu_reasons)
+    reasons = dict(mixed.cpu_reasons)
     assert reasons.pop(fallback.QDQ_AT_BOUNDARY) == 2  # quantize into the head, dequantize out
     kept = reasons.pop(fallback.KEPT_ON_CPU)
     assert reasons == {}  # nothing else left on the CPU
@@ -96,12 +79,10 @@ def test_stream_gru_u55_gru_on_cpu_head_delegated(tmp_path):
     assert mixed.tosa_op_counts["TABLE"] == 2  # tanh, sigmoid (the GRU's gates would add three)
 
     # The CPU part alone: the same recurrent ops, as a CPU-only program on the host runtime.
-    cpu, cpu_partitioner = _lower_keeping_recurrent(
-        Recurrent(module.rnn), inputs, "TOSA-1.0+FP", tmp_path / "cpu"
-    )
+    cpu = _lower_keeping_recurrent(Recurrent(module.rnn), inputs, "TOSA-1.0+FP", tmp_path / "cpu")
     assert cpu.num_delegates == 0
-    assert cpu_partitioner.cpu_reasons[fallback.KEPT_ON_CPU] == kept
-    (boundary,) = partitioner.boundaries.values()
+    assert cpu.cpu_reasons[fallback.KEPT_ON_CPU] == kept
+    (boundary,) = mixed.boundaries.values()
     # frames the quantizer was not calibrated on
     samples = streaming.fp32_states(module, streaming.frames(4, inputs[0].shape, 2), h0)
     h_errors, score_errors, whole_vs_split = [], [], []
@@ -122,38 +103,31 @@ def test_stream_gru_u55_gru_on_cpu_head_delegated(tmp_path):
     assert max(h_errors) <= 1e-5  # a float GRU on the CPU
     assert max(score_errors) < 0.01  # an int8 head (one LSB of its sigmoid is 1/256)
     assert max(whole_vs_split) <= 1 / 256 + 1e-6  # at most one LSB where h_n rounds apart
-    numerics = flow.check_numerics(mixed, module, samples[0])
+    numerics = arm_numerics.check(mixed, module, samples[0])
     assert numerics.max_abs_err < 0.01
 
 
 def test_ops_the_npu_cannot_run_stay_on_cpu(tmp_path):
     torch.manual_seed(0)
-    partitioners = []
-
-    def partitioner_factory(spec):
-        partitioners.append(arm_hooks.create_partitioner(spec))
-        return partitioners[-1]
-
     module = MaskedHead().eval()
     result = flow.lower(
         module,
         (torch.randn(1, 3, 4),),
         "ethos-u55-128",
         artifact_dir=tmp_path,
-        quantizer_factory=arm_hooks.quantizer_factory(),
-        partitioner_factory=partitioner_factory,
+        quantization="int8",
         run_vela=False,
     )
-    reasons = dict(partitioners[0].cpu_reasons)
+    reasons = dict(result.cpu_reasons)
     spec = "TOSA-1.0+INT+int16+int4+u55"
     assert reasons.pop(f"gt.Tensor not supported on {spec}") == 1
     assert reasons.pop(f"where.self not supported on {spec}") == 1
     assert set(reasons) == {fallback.QDQ_AT_BOUNDARY}  # the rest is delegated
     assert result.num_delegates == 2  # the GRU before the mask, the head after it
-    assert sum(partitioners[0].cpu_reasons.values()) == result.cpu_nodes
+    assert sum(result.cpu_reasons.values()) == result.cpu_nodes
     # run whole: both delegates on the TOSA reference model, gt/where and q/dq in eager
     x = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(1))
-    numerics = flow.check_numerics(result, module, (x,))
+    numerics = arm_numerics.check(result, module, (x,))
     print(f"MaskedHead int8, two delegates: SQNR {numerics.sqnr_db:.1f} dB")
     # measured 21.9 dB: int8, and gt at 0.1 flips where y rounds across it; delegates run
     # in the wrong order or on the wrong dtype give noise (below 0 dB) or an error
@@ -169,13 +143,50 @@ def test_recurrent_ops_outside_a_delegate_are_counted_per_layer():
 
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
-    gru = {"rnn": ("rnn", nn.GRU)}
+    gru = origin.tagged(None, layer="rnn")  # what FxBuilder tags the layer's nodes with
     on_cpu = graph.call_function(torch.ops.aten.sigmoid.default, (x,))
-    on_cpu.meta["nn_module_stack"] = gru
+    on_cpu.meta["custom"] = gru
     delegated = graph.call_function(torch.ops.aten.tanh.default, (on_cpu,))
-    delegated.meta.update(nn_module_stack=gru, delegation_tag="tag0")
+    delegated.meta.update(custom=gru, delegation_tag="tag0")
     qdq = graph.call_function(quantize_per_tensor, (delegated,))
-    qdq.meta["nn_module_stack"] = gru
+    qdq.meta["custom"] = gru
     head = graph.call_function(torch.ops.aten.relu.default, (qdq,))
     graph.output(head)
     assert fallback.recurrent_on_cpu(graph) == {"rnn": 1}
+
+
+class _ConstantDelegateOutput(nn.Module):
+    """A GRU, then where(y > 0.1, y, table): gt and where stay on the CPU for U55, and the
+    second delegate outputs a constant that ExecuTorch folded into a CONST."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gru = nn.GRU(4, 8, batch_first=True)
+        self.register_buffer("table", torch.linspace(-1, 1, 8))
+
+    def forward(self, x):
+        y, _ = self.gru(x)
+        return torch.where(y > 0.1, y, self.table.view(1, 1, 8)) * 2.0
+
+
+def test_a_constant_delegate_output_is_checked_in_pieces(tmp_path, monkeypatch):
+    """The numerics check of a program whose delegate outputs a constant, with the TOSA run
+    in pieces (as a large graph is): the same outputs as run whole."""
+    from recurrent_lowering.runtime import tosa_copy, tosa_pieces
+
+    module, x = _ConstantDelegateOutput().eval(), (torch.randn(1, 3, 4),)
+    result = flow.lower(module, x, "ethos-u55-128", tmp_path, quantization="int8", run_vela=False)
+    assert result.num_delegates == 2
+    const_outputs = []
+    for f in result.tosa_files:
+        block = tosa_copy.load(f.read_bytes()).regions[0].basicBlocks[0]
+        producer = {n: op.op for op in block.operators for n in op.outputs}
+        const_outputs += [o for o in block.outputs if producer.get(o) == ts.Op.CONST]
+    assert const_outputs  # the shape this test is about
+    whole = arm_numerics.check(result, module, x)
+    monkeypatch.setattr(tosa_pieces, "MAX_OPS", 1)
+    pieces = arm_numerics.check(result, module, x)
+    for a, b in zip(whole.tosa, pieces.tosa):
+        np.testing.assert_array_equal(a, b)
+    assert whole.sqnr_db > 30

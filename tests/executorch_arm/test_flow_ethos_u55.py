@@ -5,7 +5,7 @@ import pytest
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.examples import models
-from recurrent_lowering.runtime import vela
+from recurrent_lowering.runtime import arm_numerics, vela
 
 
 def test_tiny_gru_u55(tmp_path):
@@ -35,7 +35,7 @@ def test_tiny_gru_u55(tmp_path):
         (op.name, op.cycles) for op in result.vela.ops
     ]
 
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 40
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 40
 
 
 def test_an_artifact_dir_with_a_space_is_refused_before_lowering(tmp_path):
@@ -43,5 +43,5 @@ def test_an_artifact_dir_with_a_space_is_refused_before_lowering(tmp_path):
     exit on an unrecognised argument after the whole lowering."""
     module, inputs = models.build("tiny_gru")
     with pytest.raises(ValueError, match="has a space"):
-        flow.lower(module, inputs, "ethos-u55-128", tmp_path / "a b", activations="int8")
+        flow.lower(module, inputs, "ethos-u55-128", tmp_path / "a b", quantization="int8")
     assert not (tmp_path / "a b").exists()

@@ -3,6 +3,7 @@ the dumped .tosa on the TOSA reference model close to fp32 eager."""
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.examples import models
+from recurrent_lowering.runtime import arm_numerics
 
 # Measured: 57.8 dB for tiny_gru on its calibration input (ExecuTorch, gru_a: 44.6 dB,
 # docs/results/executorch_baseline.md).
@@ -22,6 +23,6 @@ def test_tiny_gru_int(tmp_path):
     assert result.tosa_op_counts["RESCALE"] > 20
     assert result.tosa_ops > result.tosa_compute_ops > 0
 
-    numerics = flow.check_numerics(result, module, inputs)
+    numerics = arm_numerics.check(result, module, inputs)
     assert numerics.sqnr_db > MIN_SQNR_DB
     assert numerics.max_abs_err < 10 * out_q.scale

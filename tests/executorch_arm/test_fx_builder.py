@@ -16,8 +16,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from recurrent_lowering import passes
-from recurrent_lowering.backends.executorch_arm.fx_builder import FxBuilder
-from recurrent_lowering.backends.executorch_arm.fx_constants import ModuleConstants
+from recurrent_lowering.backends.executorch_arm.emission.fx_builder import FxBuilder
+from recurrent_lowering.backends.executorch_arm.emission.fx_constants import ModuleConstants
 from recurrent_lowering.passes.numpy_builder import NumpyBuilder
 from recurrent_lowering.passes.spec import (
     Activation,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torchao.quantization.pt2e import observer
 
-from recurrent_lowering.backends.executorch_arm import histogram_observer
+from recurrent_lowering.backends.executorch_arm.compat import histogram_observer
 from recurrent_lowering.backends.executorch_arm.plan import quantization_config
 
 INT16 = dict(dtype=torch.qint32, quant_min=-32768, quant_max=32767)

@@ -5,8 +5,10 @@ reference model, and a smaller edge graph."""
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.backends.executorch_arm.decompose import as_module, decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.emission.decompose import decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.exported import as_module
 from recurrent_lowering.examples import models
+from recurrent_lowering.runtime import arm_numerics
 
 
 def test_tiny_gru_fp_ours_vs_executorch(tmp_path):
@@ -14,9 +16,9 @@ def test_tiny_gru_fp_ours_vs_executorch(tmp_path):
     ours_module = as_module(decompose_recurrent(torch.export.export(module, inputs)))
     ours = flow.lower(ours_module, inputs, "TOSA-1.0+FP", artifact_dir=tmp_path / "ours")
     assert ours.num_delegates == 1 and ours.cpu_nodes == 0  # the whole graph is delegated
-    numerics = flow.check_numerics(ours, module, inputs)
+    numerics = arm_numerics.check(ours, module, inputs)
     assert numerics.max_abs_err <= 1e-5
-    assert flow.check_numerics(ours, module, (inputs[0] * -0.5,)).max_abs_err <= 1e-5
+    assert arm_numerics.check(ours, module, (inputs[0] * -0.5,)).max_abs_err <= 1e-5
 
     theirs = flow.lower(
         module,

@@ -5,8 +5,10 @@ and int8 numerics on the TOSA reference model close to fp32 eager."""
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.backends.executorch_arm.decompose import as_module, decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.emission.decompose import decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.exported import as_module
 from recurrent_lowering.examples import models
+from recurrent_lowering.runtime import arm_numerics
 
 
 def test_tiny_gru_int_decomposed_before_quantization(tmp_path):
@@ -17,6 +19,6 @@ def test_tiny_gru_int_decomposed_before_quantization(tmp_path):
     assert result.num_delegates == 1
     assert result.cpu_nodes <= 2  # quantize the input, dequantize the output
     assert result.input_quant[0] is not None and result.output_quant[0] is not None
-    numerics = flow.check_numerics(result, module, inputs)
+    numerics = arm_numerics.check(result, module, inputs)
     print(f"tiny_gru INT: {result.edge_nodes} edge nodes, SQNR {numerics.sqnr_db:.1f} dB")
     assert numerics.sqnr_db > 40

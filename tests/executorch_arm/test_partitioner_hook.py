@@ -7,8 +7,9 @@ from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
 from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 from torch import nn
 
-from recurrent_lowering.backends.executorch_arm import arm_hooks
-from recurrent_lowering.backends.executorch_arm.decompose import decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.emission.decompose import decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.partition import partitioner
+from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 
 
 class Tiny(nn.Module):
@@ -25,7 +26,7 @@ def edge_graph(ep):
     spec = TosaCompileSpec(TosaSpecification.create_from_string("TOSA-1.0+FP"))
     edge = to_edge_transform_and_lower(
         ep,
-        partitioner=[arm_hooks.create_partitioner(spec)],
+        partitioner=[partitioner.create(spec, ArmPlan("TOSA-1.0+FP", quantize=False))],
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
     gm = edge.exported_program().graph_module

@@ -7,10 +7,12 @@ from __future__ import annotations
 import collections
 
 import torch
-from executorch.backends.arm._passes import arm_pass_manager as apm
 from executorch.backends.transforms import propagate_view_copy_permute_pass as pv
 
-from recurrent_lowering.backends.executorch_arm import flow, permute_propagation
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.compat import permute_propagation
+
+_INSERTIONS = permute_propagation.insertions
 
 
 class _Permuted(torch.nn.Module):
@@ -30,8 +32,8 @@ class _Permuted(torch.nn.Module):
 
 
 def _lower(monkeypatch, tmp_path, in_place: bool):
-    monkeypatch.setattr(apm, "_registered_pass_insertions", {})  # no other test's passes
-    monkeypatch.setattr(permute_propagation, "_installed", not in_place)
+    # lower() installs the compat passes around itself: these ones, or none of them
+    monkeypatch.setattr(permute_propagation, "insertions", _INSERTIONS if in_place else lambda: [])
     retraces = collections.Counter()
     whole = pv.PropagateViewCopyPermutePass._retrace
 

@@ -7,8 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recurrent_lowering.backends.executorch_arm import flow, precision
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.options import Options
+from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
+from recurrent_lowering.backends.executorch_arm.precision import candidates
+from recurrent_lowering.backends.executorch_arm.precision import cost_model as precision
 from recurrent_lowering.examples.models import CRNN
+from recurrent_lowering.runtime import arm_numerics
+
+BUDGET = 0.03
 
 
 def _small_crnn():
@@ -19,7 +26,7 @@ def _small_crnn():
 
 
 def _features(model, inputs):
-    return precision.features(precision.exported_graph(model, inputs))
+    return precision.features(torch.export.export(model, inputs))
 
 
 def test_features_split_the_program_into_regions():
@@ -49,7 +56,7 @@ def test_crnn_choice_per_target(target, expected):
     from recurrent_lowering.examples import models
 
     model, inputs = models.build("crnn")
-    choice = precision.choose(_features(model, inputs), precision.load_costs(target))
+    choice = precision.choose(_features(model, inputs), precision.load_costs(target), BUDGET)
     assert choice.name == expected
     assert choice.estimates[expected] <= choice.int8_estimate * 1.03
     if expected == "int16_recurrent":  # all int16 was over the budget
@@ -60,10 +67,10 @@ def test_a_recurrent_model_is_int16_on_u55_and_int8_on_u85():
     from recurrent_lowering.examples import models
 
     f = _features(*models.build("gru_a"))
-    assert precision.choose(f, precision.load_costs("ethos-u55-128")).name == "int16"
-    assert precision.choose(f, precision.load_costs("ethos-u85-256")).name == "int8"
+    assert precision.choose(f, precision.load_costs("ethos-u55-128"), BUDGET).name == "int16"
+    assert precision.choose(f, precision.load_costs("ethos-u85-256"), BUDGET).name == "int8"
     # A budget of 0 takes int16 only where the model says it costs nothing at all.
-    zero = precision.choose(f, precision.load_costs("ethos-u55-128"), budget=0.0)
+    zero = precision.choose(f, precision.load_costs("ethos-u55-128"), 0.0)
     assert zero.estimates[zero.name] <= zero.int8_estimate
 
 
@@ -81,10 +88,10 @@ def test_auto_lowers_the_recurrent_layer_in_int16_and_beats_int8():
     model, inputs = models.build("crnn")
     auto = flow.lower(model, inputs, "ethos-u55-128")
     assert auto.precision.name == "int16_recurrent"
-    int8 = flow.lower(model, inputs, "ethos-u55-128", activations="int8")
+    int8 = flow.lower(model, inputs, "ethos-u55-128", quantization="int8")
     assert int8.precision is None
     sqnr = {
-        name: flow.check_numerics(r, model, inputs).sqnr_db
+        name: arm_numerics.check(r, model, inputs).sqnr_db
         for name, r in (("auto", auto), ("int8", int8))
     }
     assert sqnr["auto"] > sqnr["int8"] + 2, sqnr
@@ -93,21 +100,53 @@ def test_auto_lowers_the_recurrent_layer_in_int16_and_beats_int8():
     assert 49 * 64 not in rescaled  # not every step's output: the head reads the last
 
 
+def _auto_plans(choice):
+    first = ArmPlan("ethos-u55-128", activations=choice.rest, precision=choice)
+    return first, ArmPlan("ethos-u55-128")
+
+
 def test_a_choice_that_overran_falls_back_to_int8():
-    """flow.lower and the CLI lower again in int8 when Vela measures the chosen program far
-    beyond the budget over the model's int8 estimate (its error: MODEL_SLACK)."""
+    """flow.lower (and so the CLI) lowers the next plan, all-int8, when Vela measures the
+    chosen program far beyond the budget over the model's int8 estimate (its error:
+    MODEL_SLACK)."""
     estimates = {"int16": 1000.0, "int16_recurrent": 1000.0, "int8": 1000.0}
     choice = precision.Choice("int16", "int16", "int16", estimates, budget=0.03)
-    limit = 1000 * 1.03 * precision.MODEL_SLACK
-    assert not precision.overran(choice, int(limit))
-    assert precision.overran(choice, int(limit) + 1)
-    fallback = precision.fell_back(choice, "int16 measured 2,000 cycles, over the budget")
-    assert not precision.overran(fallback, 10**9)  # int8 is never re-lowered
-    assert fallback.report()["regions"] == {"recurrent layers": "int8", "rest": "int8"}
-    assert fallback.report()["fallback"] == "int16 measured 2,000 cycles, over the budget"
-    assert precision.over_budget(choice, int(limit)) is None
-    assert precision.over_budget(choice, None) is None
-    assert precision.over_budget(choice, 2000) == fallback
+    first, int8 = _auto_plans(choice)
+    limit = 1000 * 1.03 * candidates.MODEL_SLACK
+    assert candidates.misfit(first, int(limit)) is None
+    assert candidates.misfit(first, None) is None  # nothing measured
+    why = candidates.misfit(first, int(limit) + 1)
+    assert why == f"int16 measured {int(limit) + 1:,} cycles, over the budget"
+    fallback = candidates.fell_back(first, int8, why)
+    assert fallback.activations == "int8" and fallback.recurrent_activations is None
+    assert candidates.misfit(fallback, 10**9) is None  # int8 is never re-lowered
+    report = fallback.precision.report()
+    assert report["regions"] == {"recurrent layers": "int8", "rest": "int8"}
+    assert report["fallback"] == why
+
+
+def test_auto_plans_are_the_choice_then_int8():
+    from recurrent_lowering.examples import models
+
+    model, inputs = models.build("gru_a")
+    plans = candidates.candidates(Options("ethos-u55-128"), model, inputs)
+    assert [(p.activations, p.precision and p.precision.name) for p in plans] == [
+        ("int16", "int16"),
+        ("int8", None),
+    ]
+    (u85,) = candidates.candidates(Options("ethos-u85-256"), model, inputs)
+    assert u85.precision.name == "int8" and u85.precision.why is None
+    (fixed,) = candidates.candidates(
+        Options("ethos-u55-128", recurrent_weight_bits=4), model, inputs
+    )
+    assert fixed.precision.report() == {
+        "choice": "int8",
+        "why": "4-bit recurrent weights (TOSA INT4) take int8 activations only",
+    }
+    (explicit,) = candidates.candidates(
+        Options("ethos-u55-128", quantization="int8"), model, inputs
+    )
+    assert explicit.precision is None
 
 
 def test_a_lowering_failure_is_one_line_with_its_cause():
@@ -115,6 +154,7 @@ def test_a_lowering_failure_is_one_line_with_its_cause():
     a line of several thousand characters); the reason keeps the failure and its cause."""
     estimates = {"int16": 1000.0, "int16_recurrent": 1000.0, "int8": 1000.0}
     choice = precision.Choice("int16_recurrent", "int8", "int16", estimates, budget=0.03)
+    first, int8 = _auto_plans(choice)
     passes = ", ".join(["'_ExportedProgramGraphPassAdapter'"] * 200)
     try:
         try:
@@ -125,12 +165,37 @@ def test_a_lowering_failure_is_one_line_with_its_cause():
                 f"[{passes}]\nsecond line"
             ) from cause
     except RuntimeError as e:
-        fallback = precision.did_not_lower(choice, e)
-    assert fallback.name == "int8"
-    assert fallback.fallback == (
+        why = candidates.did_not_lower(first, e)
+    assert why == (
         "int16_recurrent did not lower: An error occurred when running the 'X' pass "
         "(Expected int8 input, got int16)"
     )
+    assert candidates.fell_back(first, int8, why).precision.fallback == why
+
+
+class _BiLstmProj(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(10, 16, num_layers=2, bidirectional=True, proj_size=6)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+def test_a_bidirectional_lstm_with_proj_size_through_the_cost_model():
+    """The cost model reads a recurrent op through the same reader as the decomposition
+    (recurrent_ops.aten): per layer and direction W [4H, I_l], R [4H, P] and the projection
+    [P, H], where reading aten.lstm's flat params 4 to a direction would shift them."""
+    torch.manual_seed(0)
+    T = 5
+    f = _features(_BiLstmProj().eval(), (torch.randn(T, 1, 10),))
+    H, P = 16, 6
+    per_direction = []
+    for in_size in (10, 10, 2 * P, 2 * P):  # layer 0 reads x, layer 1 both directions' h
+        per_direction.append(precision.Product(T * 4 * H * in_size, 4 * H * in_size))
+        per_direction += [precision.Product(4 * H * P, 4 * H * P, 4 * H, vector=True)] * T
+        per_direction += [precision.Product(P * H, P * H, 0, vector=True)] * T
+    assert f.recurrent == per_direction
 
 
 class _Decoder(torch.nn.Module):
@@ -153,23 +218,20 @@ def test_a_rest_vela_refuses_in_int16_takes_no_int16_candidate():
     model, inputs = _Decoder().eval(), (torch.randn(1, 12, 16),)
     f = _features(model, inputs)
     costs = precision.load_costs("ethos-u55-128")
-    assert precision.choose(f, costs).name == "int16"  # what the cost model alone says
+    assert precision.choose(f, costs, BUDGET).name == "int16"  # what the cost model alone says
     reason = precision.refused(f, "ethos-u55-128")
     assert reason == "Vela refuses aten.conv_transpose2d.input in int16 on ethos-u55"
-    choice = precision.choose_for(model, inputs, "ethos-u55-128")
+    choice = precision.choose_for(model, inputs, "ethos-u55-128", BUDGET)
     assert choice.rest == "int8" and choice.report()["refused"] == reason
     assert precision.refused(f, "ethos-u85-256") is None
 
 
 def test_vela_refuses_an_int16_transposed_convolution_on_u55(tmp_path):
     """The behaviour INT16_REFUSED relies on (Vela 5.1.0 through ExecuTorch 1.5.1)."""
-    from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
-
     torch.manual_seed(0)
     up = torch.nn.ConvTranspose2d(24, 16, 3).eval()
     x = (torch.randn(1, 24, 4, 10),)
-    plan = ArmPlan("ethos-u55-128", activations="int16")
     with pytest.raises(Exception, match="could not run on NPU"):
-        flow.lower(up, x, "ethos-u55-128", artifact_dir=tmp_path / "int16", plan=plan)
-    int8 = flow.lower(up, x, "ethos-u55-128", artifact_dir=tmp_path / "int8", activations="int8")
+        flow.lower(up, x, "ethos-u55-128", tmp_path / "int16", quantization="int16")
+    int8 = flow.lower(up, x, "ethos-u55-128", artifact_dir=tmp_path / "int8", quantization="int8")
     assert int8.num_delegates == 1

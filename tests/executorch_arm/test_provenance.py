@@ -1,4 +1,4 @@
-"""provenance.install: with the drop installed, torch.fx's provenance record stays small
+"""compat.provenance: with the drop inserted, torch.fx's provenance record stays small
 through ExecuTorch's Arm backend pipeline, and the lowered program is the same."""
 
 from __future__ import annotations
@@ -7,8 +7,11 @@ from executorch.backends.arm._passes import arm_pass_manager as apm
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from torch.fx.passes.infra.pass_base import PassResult
 
-from recurrent_lowering.backends.executorch_arm import flow, provenance
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.compat import provenance
 from recurrent_lowering.examples import models
+
+_INSERTIONS = provenance.insertions
 
 
 def _depth(sources) -> int:
@@ -33,8 +36,9 @@ class _Probe(ArmPass):
 
 def _lower(monkeypatch, tmp_path, drop: bool):
     """tiny_gru to TOSA-1.0+INT with only our registrations (none of another test's)."""
-    monkeypatch.setattr(apm, "_registered_pass_insertions", {})
-    monkeypatch.setattr(provenance, "_installed", not drop)  # lower() installs it if drop
+    monkeypatch.setattr(apm, "_registered_pass_insertions", {})  # the probe, for this test
+    # lower() installs the compat passes around itself: these ones, or none of them
+    monkeypatch.setattr(provenance, "insertions", _INSERTIONS if drop else lambda: [])
     probe = _Probe()
     apm.register_pass_insertions_after(apm.ExirToTosaPass, [probe])
     module, inputs = models.build("tiny_gru")

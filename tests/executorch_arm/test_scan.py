@@ -10,12 +10,13 @@ import pytest
 import torch
 import tosa_serializer as ts
 
-from recurrent_lowering.backends.executorch_arm import decompose, flow
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.emission import decompose
 from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
 from recurrent_lowering.backends.executorch_arm.loop.tosa_template import TosaTemplate
 from recurrent_lowering.examples import models
 from recurrent_lowering.passes.spec import SpecError
-from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference
+from recurrent_lowering.runtime import arm_numerics, tosa_flatbuffer, tosa_reference
 
 
 def _small(kind, layers=1, bidirectional=False, T=5):
@@ -97,7 +98,7 @@ def test_template_copies_are_bit_exact(weight_bits, tmp_path):
     module, inputs = _small("gru", T=3)
     target = "TOSA-1.0+INT" + ("+int4" if weight_bits == 4 else "")
     result = flow.lower(
-        module, inputs, target, tmp_path, strategy="loop", recurrent_weight_bits=weight_bits
+        module, inputs, target, tmp_path, emission="loop", recurrent_weight_bits=weight_bits
     )
     source = result.tosa_files[0].read_bytes()
     types = {t.tosa_dtype for t in tosa_flatbuffer.op_inputs(source, "CONV2D", 1)}
@@ -121,14 +122,14 @@ def test_template_copies_are_bit_exact(weight_bits, tmp_path):
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_scan_fp_tosa_matches_torch(kind, tmp_path):
     module, inputs = _small(kind, layers=1, bidirectional=True, T=6)
-    result = flow.lower(module, inputs, "TOSA-1.0+FP", artifact_dir=tmp_path, strategy="loop")
+    result = flow.lower(module, inputs, "TOSA-1.0+FP", artifact_dir=tmp_path, emission="loop")
     assert result.num_delegates == 1 and result.cpu_nodes == 0
-    assert flow.check_numerics(result, module, inputs).max_abs_err <= 1e-5
+    assert arm_numerics.check(result, module, inputs).max_abs_err <= 1e-5
 
 
 def test_scan_int_tosa_shares_one_state_quantization(tmp_path):
     module, inputs = _small("gru", T=6)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path, strategy="loop")
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", artifact_dir=tmp_path, emission="loop")
     assert result.num_delegates == 1
     (program,) = result.loop_programs
     assert program.quant_config is not None
@@ -152,17 +153,17 @@ def test_scan_int_tosa_shares_one_state_quantization(tmp_path):
     outs = tosa_reference.run(source, feeds)
     for copy in outs[-2:]:
         np.testing.assert_array_equal(copy, outs[k])
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 30
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 30
 
 
 def test_scan_ethos_u55(tmp_path):
     module, inputs = models.build("tiny_gru")
-    result = flow.lower(module, inputs, "ethos-u55-128", artifact_dir=tmp_path, strategy="loop")
+    result = flow.lower(module, inputs, "ethos-u55-128", artifact_dir=tmp_path, emission="loop")
     assert result.num_delegates == 1
     assert b"vela_bin_stream" in result.pte
     assert all(op.target == "NPU" for op in result.vela.ops)
     assert result.executorch_vela.cycles == result.vela.summary.cycles
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 35
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 35
 
 
 class _Gru(torch.nn.Module):
@@ -186,19 +187,13 @@ def test_int16_state_in_an_int8_program(tmp_path):
             inputs,
             "TOSA-1.0+INT+int16",
             artifact_dir=tmp_path / str(bits),
-            strategy="loop",
-            state_bits=bits,
+            emission="loop",
+            quantization="int16_state" if bits == 16 else "int8",
         )
         (info,), _ = tosa_flatbuffer.graph_io(result.tosa_files[0])
         assert info.tosa_dtype == "INT8"  # the program's input stays int8 either way
-        sqnr[bits] = flow.check_numerics(result, module, inputs).sqnr_db
+        sqnr[bits] = arm_numerics.check(result, module, inputs).sqnr_db
     assert sqnr[16] > sqnr[8] + 3  # measured: 34.6 -> 38.3 dB
-
-
-def test_int16_state_needs_the_int16_extension(tmp_path):
-    module, inputs = _small("gru", T=3)
-    with pytest.raises(ValueError, match=r"int16 extension: target TOSA-1.0\+INT\+int16"):
-        flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="loop", state_bits=16)
 
 
 class _RnnRelu(torch.nn.Module):
@@ -220,8 +215,8 @@ def test_scan_relu_state_takes_its_quantization_from_the_add(tmp_path):
         for p in module.parameters():
             p.uniform_(-0.2, 0.2)
     inputs = (torch.randn(1, 9, 4),)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="loop")
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 38  # measured 42.9
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, emission="loop")
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 38  # measured 42.9
 
 
 class _GruWithState(torch.nn.Module):
@@ -243,14 +238,15 @@ def test_scan_keeps_an_initial_state_beyond_the_output_range(T, tmp_path):
         for p in module.parameters():
             p.uniform_(-0.2, 0.2)
     inputs = (torch.randn(1, T, 4), torch.randn(1, 1, 8) * 0.5)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="loop")
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 32  # measured 37.3, 35.0
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, emission="loop")
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 32  # measured 37.3, 35.0
 
 
 def test_auto_unrolls_an_lstm_with_proj_size():
     """The loop form carries h and c of one shape; `auto` unrolls what it cannot write."""
     lstm = torch.nn.LSTM(4, 8, proj_size=3, batch_first=True)
-    with pytest.raises(SpecError, match=r"^lstm: attribute 'proj_size': the loop form needs"):
+    refused = r"^lstm: attribute 'emission': the loop form cannot take proj_size"
+    with pytest.raises(SpecError, match=refused):
         decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "loop")
     ep = decompose.decompose_recurrent(torch.export.export(lstm, (torch.randn(1, 12, 4),)), "auto")
     assert not [n for n in _calls(ep) if n.target is loop_op.OP]
@@ -269,7 +265,7 @@ def test_scan_boundaries_and_copies_on_ethos_u85(kind, layers, bidirectional, tm
     (read by Y and by step 1) and the head's concat of the two directions. Every TABLE in
     the loop is chained into the op before it (LSTM's tanh(c') reads its own copy of c')."""
     module, inputs = _small(kind, layers=layers, bidirectional=bidirectional, T=6)
-    result = flow.lower(module, inputs, "ethos-u85-256", artifact_dir=tmp_path, strategy="loop")
+    result = flow.lower(module, inputs, "ethos-u85-256", artifact_dir=tmp_path, emission="loop")
     assert result.num_delegates == 1
     ops = result.vela.ops
     in_loop = [op for op in ops if re.search(r"_t\d+_", op.name)]
@@ -294,7 +290,7 @@ def test_scan_boundaries_and_copies_on_ethos_u85(kind, layers, bidirectional, tm
         if op.op == ts.Op.RESCALE and shapes.get(list(op.inputs)[0]) in projections
     ]
     assert boundary == []
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 30
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 30
 
 
 class _Classifier(torch.nn.Module):
@@ -322,6 +318,6 @@ def test_scan_with_only_the_final_state_read(kind, tmp_path):
     with torch.no_grad():
         got = loop_op.run_graph(looped.module(), *inputs)
         torch.testing.assert_close(got, module(*inputs), atol=1e-5, rtol=0)
-    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, strategy="auto")
+    result = flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, emission="auto")
     assert result.num_delegates == 1 and result.cpu_nodes <= 2
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 30
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 30

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.options import Options
+from recurrent_lowering.backends.executorch_arm.precision.candidates import candidates
 from recurrent_lowering.examples import models
-from recurrent_lowering.runtime import tosa_flatbuffer
+from recurrent_lowering.runtime import arm_numerics, tosa_flatbuffer
 
 INPUT, HIDDEN = 6, 8
 
@@ -32,11 +34,11 @@ def _conv_weights(tosa) -> list:
     return out
 
 
-@pytest.mark.parametrize("strategy", ["loop", "unrolled"])
-def test_4_bit_recurrent_weights_are_int4_on_ethos_u55(strategy, tmp_path):
+@pytest.mark.parametrize("emission", ["loop", "unrolled"])
+def test_4_bit_recurrent_weights_are_int4_on_ethos_u55(emission, tmp_path):
     module, inputs = _model()
     result = flow.lower(
-        module, inputs, "ethos-u55-128", tmp_path, strategy=strategy, recurrent_weight_bits=4
+        module, inputs, "ethos-u55-128", tmp_path, emission=emission, recurrent_weight_bits=4
     )
     weights = _conv_weights(result.tosa_files[0])
     recurrent = [w for w in weights if w[0] == HIDDEN and w[2].shape[0] == 3 * HIDDEN]
@@ -46,13 +48,13 @@ def test_4_bit_recurrent_weights_are_int4_on_ethos_u55(strategy, tmp_path):
     projection = [w for w in weights if w[0] == INPUT]
     assert [(d, v.max()) for _, d, v in projection] == [("INT8", 127)]  # the model's int8
     assert result.vela is not None
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 30
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 30
 
 
 def test_6_bit_weights_include_an_lstm_projection(tmp_path):
     module, inputs = _model("lstm", T=5, proj_size=4)
     result = flow.lower(
-        module, inputs, "TOSA-1.0+INT", tmp_path, strategy="unrolled", recurrent_weight_bits=6
+        module, inputs, "TOSA-1.0+INT", tmp_path, emission="unrolled", recurrent_weight_bits=6
     )
     weights = _conv_weights(result.tosa_files[0])
     narrow = [(c, v) for c, _, v in weights if np.abs(v).max() <= 31]
@@ -62,18 +64,21 @@ def test_6_bit_weights_include_an_lstm_projection(tmp_path):
     assert all(np.abs(v).max() == 31 for _, v in narrow)
     wide = [c for c, _, v in weights if np.abs(v).max() > 31]
     assert sorted(wide) == [4, INPUT]  # the head and the input projection keep 8 bits
-    assert flow.check_numerics(result, module, inputs).sqnr_db > 30
+    assert arm_numerics.check(result, module, inputs).sqnr_db > 30
 
 
 def test_bad_requests_are_refused(tmp_path):
     module, inputs = _model(T=3)
-    with pytest.raises(ValueError, match=r"TOSA INT4: target TOSA-1.0\+INT\+int4"):
-        flow.lower(module, inputs, "TOSA-1.0+INT", tmp_path, recurrent_weight_bits=4)
     with pytest.raises(ValueError, match="need int8 activations"):
         flow.lower(
-            module, inputs, "ethos-u55-128", tmp_path, recurrent_weight_bits=4, state_bits=16
+            module,
+            inputs,
+            "ethos-u55-128",
+            tmp_path,
+            recurrent_weight_bits=4,
+            quantization="int16_state",
         )
-    with pytest.raises(ValueError, match="decomposition='ours'"):
+    with pytest.raises(ValueError, match="ExecuTorch's own recurrent decomposition takes none"):
         flow.lower(
             module,
             inputs,
@@ -82,5 +87,13 @@ def test_bad_requests_are_refused(tmp_path):
             decomposition="executorch",
             recurrent_weight_bits=6,
         )
-    with pytest.raises(ValueError, match=r"must be one of \(4, 5, 6, 7, 8\), got 3"):
+    with pytest.raises(ValueError, match=r"must be one of 4, 5, 6, 7, 8: 3"):
         flow.lower(module, inputs, "ethos-u55-128", tmp_path, recurrent_weight_bits=3)
+
+
+def test_a_tosa_target_gets_the_extensions_its_bits_need():
+    module, inputs = _model(T=3)
+    (plan,) = candidates(Options("TOSA-1.0+INT", recurrent_weight_bits=4), module, inputs)
+    assert plan.target == "TOSA-1.0+INT+int4"
+    (plan,) = candidates(Options("TOSA-1.0+INT", quantization="int16_state"), module, inputs)
+    assert plan.target == "TOSA-1.0+INT+int16" and plan.state_bits == 16

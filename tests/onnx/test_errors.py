@@ -149,7 +149,7 @@ def test_unrolled_needs_static_length():
     cfg = dataclasses.replace(CFG, dynamic_steps=True)
     model, _ = models.build(cfg, name="enc/gru0")
     with pytest.raises(SpecError, match="enc/gru0.*'X'.*static"):
-        rewrite_model(model, strategy="unrolled")
+        rewrite_model(model, emission="unrolled")
 
 
 def test_activation_defaults_option_is_checked():

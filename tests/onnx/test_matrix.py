@@ -47,7 +47,7 @@ AXES = dict(
     activations=["default", "custom"],
     variant=[0, 1],  # GRU linear_before_reset / LSTM input_forget
     peepholes=[False, True],
-    strategy=["unrolled", "loop"],
+    emission=["unrolled", "loop"],
     outputs=["all", "y_only", "states_only"],
     dtype=["float32", "float64"],  # onnxruntime has no native float64 kernels: numpy only
     opset=[22, 11],  # 11: attribute forms of Squeeze/Unsqueeze (layout=1 needs 14)
@@ -119,7 +119,7 @@ def test_combination(index):
     p = CASES[index]
     cfg = _config(p, index)
     model, feeds = models.build(cfg)
-    rewritten = rewrite_model(model, strategy=p["strategy"])
+    rewritten = rewrite_model(model, emission=p["emission"])
     check_rewritten(rewritten)
     got = run(rewritten, feeds)
 
@@ -138,7 +138,7 @@ def test_clip_before_opset_11(op, opset):
     scalar would not broadcast at opset 7."""
     cfg = models.Config(op=op, clip=0.4, opset=opset, direction="bidirectional")
     model, feeds = models.build(cfg)
-    rewritten = rewrite_model(model, strategy="unrolled")
+    rewritten = rewrite_model(model, emission="unrolled")
     check_rewritten(rewritten)
     assert any(n.op_type == "Clip" and not n.input[1:] for n in rewritten.graph.node)
     for g, r in zip(run(rewritten, feeds), run(model, feeds), strict=True):
@@ -156,7 +156,7 @@ def test_clip_before_opset_11(op, opset):
 def test_selection_before_opset_9(cfg):
     """No Where (nor integer Less) before opset 9: the selection is written arithmetically."""
     model, feeds = models.build(cfg)
-    rewritten = rewrite_model(model, strategy="unrolled")
+    rewritten = rewrite_model(model, emission="unrolled")
     check_rewritten(rewritten)
     assert not any(n.op_type == "Where" for n in rewritten.graph.node)
     for g, r in zip(run(rewritten, feeds), numpy_reference(model, feeds), strict=True):

@@ -46,14 +46,14 @@ def test_cases_were_collected():
     assert {"GRU", "LSTM", "RNN"} == {c.model.graph.node[0].op_type for c in CASES.values()}
 
 
-@pytest.mark.parametrize("strategy", ["auto", "loop"])
+@pytest.mark.parametrize("emission", ["auto", "loop"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_node_case(name, strategy):
+def test_node_case(name, emission):
     model, feeds, expected = _with_constant_weights(CASES[name])
-    rewritten = rewrite_model(model, strategy=strategy)
+    rewritten = rewrite_model(model, emission=emission)
     check_rewritten(rewritten)
     ops = {n.op_type for n in rewritten.graph.node}
-    if strategy == "auto":  # every case has a static T: unrolled
+    if emission == "auto":  # every case has a static T: unrolled
         assert "Scan" not in ops
     got = run(rewritten, feeds)
     assert len(got) == len(expected)
@@ -71,7 +71,7 @@ def test_unrolled_nodes_per_step(op, lbr, per_step):
 
     def nodes(steps):
         cfg = models.Config(op=op, steps=steps, batch=1, linear_before_reset=lbr, outputs=(1, 1, 0))
-        return len(rewrite_model(models.build(cfg)[0], strategy="unrolled").graph.node)
+        return len(rewrite_model(models.build(cfg)[0], emission="unrolled").graph.node)
 
     assert nodes(12) - nodes(8) == 4 * per_step
     assert nodes(8) <= 8 * per_step + 12  # per node: projection, splits, Y, Y_h

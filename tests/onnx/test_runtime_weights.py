@@ -24,15 +24,15 @@ CASES = node_cases()
 WEIGHTS = ("W", "R", "B", "P")
 
 
-@pytest.mark.parametrize("strategy", ["auto", "loop"])
+@pytest.mark.parametrize("emission", ["auto", "loop"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_node_case_as_is(name, strategy):
+def test_node_case_as_is(name, emission):
     case = CASES[name]
     model = case.model
     (node,) = model.graph.node
     runtime = {node.input[i] for i in (1, 2, 3, 7) if i < len(node.input) and node.input[i]}
     assert runtime <= {i.name for i in model.graph.input} and not model.graph.initializer
-    rewritten = rewrite_model(model, strategy=strategy)
+    rewritten = rewrite_model(model, emission=emission)
     check_rewritten(rewritten)
     assert not runtime & {t.name for t in rewritten.graph.initializer}
     assert [i.name for i in rewritten.graph.input] == [i.name for i in model.graph.input]
@@ -83,13 +83,13 @@ MATRIX = [
 ]
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
+@pytest.mark.parametrize("emission", ["unrolled", "loop"])
 @pytest.mark.parametrize("index", range(len(MATRIX)), ids=lambda i: MATRIX[i].op + str(i))
-def test_runtime_weights_match_the_numpy_reference(index, strategy):
+def test_runtime_weights_match_the_numpy_reference(index, emission):
     cfg = MATRIX[index]
     model, feeds = models.build(cfg)
     runtime_model, weights = _as_graph_inputs(model)
-    rewritten = rewrite_model(runtime_model, strategy=strategy)
+    rewritten = rewrite_model(runtime_model, emission=emission)
     check_rewritten(rewritten)
     assert not set(weights) & {t.name for t in rewritten.graph.initializer}
     got = run(rewritten, {**feeds, **weights})
@@ -105,7 +105,7 @@ def test_runtime_weights_cost_no_ops_per_step():
         model = models.build(cfg)[0]
         if runtime:
             model = _as_graph_inputs(model)[0]
-        return len(rewrite_model(model, strategy="unrolled").graph.node)
+        return len(rewrite_model(model, emission="unrolled").graph.node)
 
     per_step_constant = nodes(7, False) - nodes(4, False)
     assert nodes(7, True) - nodes(4, True) == per_step_constant

@@ -28,7 +28,7 @@ def test_scan_serves_every_length(cfg):
     for steps in (1, 2, 7):  # 1: no step outside the loop when the length is dynamic
         static_cfg = dataclasses.replace(cfg, steps=steps)
         static, feeds = models.build(static_cfg)
-        unrolled = rewrite_model(static, strategy="unrolled")
+        unrolled = rewrite_model(static, emission="unrolled")
         assert not any(n.op_type == "Scan" for n in unrolled.graph.node)
         native = models.to_layout0(static) if cfg.layout else static
         got = run(rewritten, feeds)
@@ -40,11 +40,11 @@ def test_scan_serves_every_length(cfg):
 def test_forced_scan_on_static_length_matches_unrolled():
     cfg = models.Config(op="LSTM", direction="bidirectional", initial_h=True, steps=6)
     model, feeds = models.build(cfg)
-    scan, unrolled = rewrite_model(model, strategy="loop"), rewrite_model(model, "unrolled")
+    scan, unrolled = rewrite_model(model, emission="loop"), rewrite_model(model, "unrolled")
     assert any(n.op_type == "Scan" for n in scan.graph.node)
     # the loop's graph does not grow with T; the unrolled one grows by a step's ops per step
     longer, _ = models.build(dataclasses.replace(cfg, steps=12))
-    assert len(rewrite_model(longer, strategy="loop").graph.node) == len(scan.graph.node)
+    assert len(rewrite_model(longer, emission="loop").graph.node) == len(scan.graph.node)
     grown = len(rewrite_model(longer, "unrolled").graph.node) - len(unrolled.graph.node)
     assert grown >= 2 * 6 * 5  # two directions, six more steps, at least five ops a step
     for g, w in zip(run(scan, feeds), run(unrolled, feeds), strict=True):
@@ -117,7 +117,7 @@ def test_scan_body_reads_gate_groups_and_outputs_no_copies(cfg, body_ops):
     """x_t's gate groups arrive as separate scan inputs (split once before the loop) and
     h' leaves as the two operands of its last op (no Identity per step); results match."""
     model, feeds = models.build(cfg)
-    scan = rewrite_model(model, strategy="loop")
+    scan = rewrite_model(model, emission="loop")
     (loop,) = [n for n in scan.graph.node if n.op_type == "Scan"]
     attrs = {a.name: a for a in loop.attribute}
     body, scan_inputs = attrs["body"].g, attrs["num_scan_inputs"].i

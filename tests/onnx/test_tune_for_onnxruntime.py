@@ -95,7 +95,7 @@ def test_opsets_without_optional_keep_constant_weights():
 
 def test_forced_unrolled_stays_unrolled_and_unknown_tuning_is_refused():
     model, feeds = models.build(dataclasses.replace(models.Config(op="GRU"), steps=3))
-    unrolled = rewrite_model(model, strategy="unrolled", tune_for="onnxruntime")
+    unrolled = rewrite_model(model, emission="unrolled", tune_for="onnxruntime")
     assert not _scans(unrolled)
     for got, want in zip(run(unrolled, feeds), run(model, feeds), strict=True):
         assert_close(got, want)

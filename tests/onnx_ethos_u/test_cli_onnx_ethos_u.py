@@ -129,7 +129,7 @@ def test_pytorch_style_gru_gets_the_torch_adapter(tmp_path):
 
 
 def test_onnx_lstm_kept_on_the_cpu(tmp_path):
-    from recurrent_lowering.backends.executorch_arm import fallback
+    from recurrent_lowering.backends.executorch_arm.partition import cpu_reasons as fallback
 
     model = models.recurrent_with_head("LSTM")
     report = _lower(tmp_path, model, "ethos-u55-128", "--keep_recurrent_on_cpu")

@@ -105,7 +105,7 @@ CONFIGS.update(
 def test_rewritten_node_converts_and_matches_onnxruntime(name):
     op, kw = CONFIGS[name]
     model, feeds = R(op, **kw)
-    rewritten = rewrite.rewrite_model(model, strategy="unrolled")
+    rewritten = rewrite.rewrite_model(model, emission="unrolled")
     module = to_torch.onnx_to_torch(rewritten)
     assert not _classes(module) & UNWANTED
     expected = _ort(model, feeds)
@@ -118,7 +118,7 @@ def test_rewritten_node_converts_and_matches_onnxruntime(name):
 @pytest.mark.parametrize("op,opset", [("GRU", 22), ("LSTM", 17), ("RNN", 14)])
 def test_head_model_exports_with_the_same_numerics(op, opset):
     model = models.recurrent_with_head(op, opset=opset)
-    module = to_torch.onnx_to_torch(rewrite.rewrite_model(model, strategy="unrolled"))
+    module = to_torch.onnx_to_torch(rewrite.rewrite_model(model, emission="unrolled"))
     x = models.sample_input(model)
     program = torch.export.export(module, (torch.from_numpy(x),))
     targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
@@ -221,7 +221,7 @@ def test_recurrent_and_control_flow_nodes_are_refused_by_name():
     model = models.recurrent_with_head("GRU")
     with pytest.raises(to_torch.ToTorchError, match=r"node 'rec' \(GRU\).*unrolled"):
         to_torch.onnx_to_torch(model)
-    scan = rewrite.rewrite_model(R("GRU", dynamic_steps=True)[0], strategy="loop")
+    scan = rewrite.rewrite_model(R("GRU", dynamic_steps=True)[0], emission="loop")
     with pytest.raises(to_torch.ToTorchError, match=r"\(Scan\): control flow"):
         to_torch.onnx_to_torch(scan)
 
@@ -230,9 +230,9 @@ def test_specialised_inputs_pin_dynamic_dims_for_an_unrolled_rewrite():
     model, feeds = R("LSTM", dynamic_steps=True, batch=1)
     assert input_specs(model)[0][1] == (None, 1, 3)
     with pytest.raises(Exception, match="static sequence length"):
-        rewrite.rewrite_model(model, strategy="unrolled")
+        rewrite.rewrite_model(model, emission="unrolled")
     pinned = specialize(model, {"X": feeds["X"].shape}, {})
-    module = to_torch.onnx_to_torch(rewrite.rewrite_model(pinned, strategy="unrolled"))
+    module = to_torch.onnx_to_torch(rewrite.rewrite_model(pinned, emission="unrolled"))
     for e, a in zip(_ort(model, feeds), _torch_outputs(module, feeds, pinned)):
         np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
 
@@ -241,13 +241,13 @@ _STUB_PROBE = textwrap.dedent(
     """
     import importlib.util, sys
     assert importlib.util.find_spec("torchvision") is None, "torchvision must not be installed"
-    from recurrent_lowering.backends.onnx_to_torch import convert as to_torch
-    from recurrent_lowering.backends.onnx_to_torch import torchvision_stub as _torchvision_stub
-    onnx2torch = to_torch._onnx2torch()
+    from recurrent_lowering.backends.onnx_to_torch import compat
+    from recurrent_lowering.backends.onnx_to_torch.compat import torchvision_stub as _stub
+    onnx2torch = compat.onnx2torch()
     users = sorted(
         name for name, module in list(sys.modules.items())
         if name.startswith("onnx2torch")
-        and any(_torchvision_stub.is_stub(v) for v in vars(module).values())
+        and any(_stub.is_stub(v) for v in vars(module).values())
     )
     print("users", users)
     print("left", sorted(n for n in sys.modules if n.split(".")[0] == "torchvision"))
@@ -312,7 +312,7 @@ def test_shape_chains_of_exported_models_fold_to_constants():
             numpy_helper.from_array(np.zeros((1, 1, 1), np.float32), "zero"),
         ]
     )
-    rewritten = rewrite.rewrite_model(model, strategy="unrolled")
+    rewritten = rewrite.rewrite_model(model, emission="unrolled")
     module = to_torch.onnx_to_torch(rewritten)
     assert module.replaced_modules["folded constants"] >= 1
     assert not _classes(module) & (UNWANTED | {"OnnxShape", "OnnxExpand"})

@@ -52,7 +52,7 @@ def _convert(model):
     """(converted GraphModule, reasons for the nodes rewritten instead)."""
     selection = torch_recurrent.Selection()
     rewritten = rewrite.rewrite_model(
-        model, strategy="unrolled", require_constant_weights=True, keep=selection
+        model, emission="unrolled", require_constant_weights=True, keep=selection
     )
     return to_torch.onnx_to_torch(rewritten, selection.kept), selection.rewritten
 
@@ -127,7 +127,9 @@ def test_graph_output_read_by_a_later_node():
 def test_streaming_state_pair_is_found_for_sharing():
     """A streaming node (initial_h in, Y_h out) at layout 0 exports with h0 feeding the
     recurrent op and h_n leaving it directly: the pair the quantizer gives one scale."""
-    from recurrent_lowering.backends.executorch_arm import recurrent_quantization
+    from recurrent_lowering.backends.executorch_arm.quantization import (
+        states as recurrent_quantization,
+    )
 
     cfg = C(op="GRU", linear_before_reset=1, initial_h=True, steps=1, batch=1)
     model, feeds = models.build(dataclasses.replace(cfg, outputs=(False, True, False)))
@@ -158,7 +160,7 @@ def test_plain_torch_onnx_export(module, tmp_path):
         np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("strategy", ["unrolled", "loop"])
+@pytest.mark.parametrize("emission", ["unrolled", "loop"])
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -169,10 +171,10 @@ def test_plain_torch_onnx_export(module, tmp_path):
     ],
     ids=str,
 )
-def test_layer_op_decomposes_to_what_onnxruntime_computes(cfg, strategy):
+def test_layer_op_decomposes_to_what_onnxruntime_computes(cfg, emission):
     """The exported layer op, decomposed by the Arm adapter in either form (the loop form
     run through its step programs), against onnxruntime on the ONNX node."""
-    from recurrent_lowering.backends.executorch_arm import decompose
+    from recurrent_lowering.backends.executorch_arm.emission import decompose
     from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
 
     feeds = None
@@ -188,14 +190,14 @@ def test_layer_op_decomposes_to_what_onnxruntime_computes(cfg, strategy):
     names = [name for name, _, _ in input_specs(model)]
     example = tuple(torch.from_numpy(feeds[n]) for n in names)
     exported = torch.export.export(gm, example)
-    if strategy == "loop" and cfg.sequence_lens:  # "auto" unrolls it
+    if emission == "loop" and cfg.sequence_lens:  # "auto" unrolls it
         with pytest.raises(SpecError, match="sequence_lens"):
-            decompose.decompose_recurrent(exported, strategy)
-        strategy = "auto"
-    program = decompose.decompose_recurrent(exported, strategy)
+            decompose.decompose_recurrent(exported, emission)
+        emission = "auto"
+    program = decompose.decompose_recurrent(exported, emission)
     targets = {n.target for n in program.graph.nodes if n.op == "call_function"}
     assert not targets & decompose.TARGET_OPS
-    assert (loop_op.OP in targets) == (strategy == "loop")  # 2 to 4 steps: "auto" unrolls
+    assert (loop_op.OP in targets) == (emission == "loop")  # 2 to 4 steps: "auto" unrolls
     got = loop_op.run_graph(decompose.as_module(program), *example, record=False)
     got = list(got) if isinstance(got, (list, tuple)) else [got]
     for g, w in zip(got, want, strict=True):

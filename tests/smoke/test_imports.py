@@ -139,3 +139,78 @@ def test_a_cycle_is_found():
     """The check itself, on a made-up graph."""
     assert _cycles(["a", "b", "c"], {"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
     assert _cycles(["a", "b"], {"a": {"b"}}) == []
+
+
+LIBRARIES = ("executorch", "torchao", "onnx2torch", "tosa_serializer")
+
+
+def _in_compat(name: str) -> bool:
+    return ".compat" in name or name.endswith(".compat")
+
+
+def _reaches_into_libraries(path: pathlib.Path) -> list:
+    """Private names taken from the libraries we extend, and assignments to their objects'
+    attributes, in one module."""
+    tree = ast.parse(path.read_text())
+    found, aliases = [], set()
+
+    def private(parts) -> bool:
+        return any(p.startswith("_") and not p.startswith("__") for p in parts)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in LIBRARIES:
+                    aliases.add((a.asname or a.name).split(".")[0])
+                    if private(a.name.split(".")):
+                        found.append(f"import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module.split(".")[0] in LIBRARIES:
+                for a in node.names:
+                    aliases.add(a.asname or a.name)
+                    if private([*node.module.split("."), a.name]):
+                        found.append(f"from {node.module} import {a.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in aliases and private([node.attr]):
+                found.append(f"{node.value.id}.{node.attr}")
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets += [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            root = t
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(t, ast.Attribute) and isinstance(root, ast.Name) and root.id in aliases:
+                found.append(f"assigns {ast.unparse(t)}")
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Name) and first.id in aliases:
+                found.append(f"setattr({first.id}, ...)")
+    return found
+
+
+def test_only_compat_reaches_into_the_libraries_we_extend():
+    """What extends or changes ExecuTorch, torchao, onnx2torch or tosa_serializer lives in
+    an adapter's compat package: elsewhere, no private name of theirs and no assignment to
+    their modules' or classes' attributes."""
+    outside = {
+        name: found
+        for name, path in _modules().items()
+        if not _in_compat(name) and (found := _reaches_into_libraries(path))
+    }
+    assert outside == {}
+
+
+def test_the_library_check_sees_private_names(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from executorch.backends.arm._passes import arm_pass_manager as apm\n"
+        "from torchao.quantization.pt2e import observer\n"
+        "observer.HistogramObserver.calculate_qparams = None\n"
+        "x = observer._private\n"
+    )
+    assert sorted(_reaches_into_libraries(module)) == [
+        "assigns observer.HistogramObserver.calculate_qparams",
+        "from executorch.backends.arm._passes import arm_pass_manager",
+        "observer._private",
+    ]

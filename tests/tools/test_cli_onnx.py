@@ -118,6 +118,30 @@ def test_calibration_inputs_drive_the_numerics_check(tmp_path):
     assert numerics["max_abs_err"] <= 1e-5
 
 
+def test_calibration_fixes_the_lengths_an_unrolled_rewrite_needs(tmp_path):
+    """--emission unrolled of a dynamic length: the --calibration shapes fix it (the
+    rewritten model then takes those shapes only, and says so); without them it is refused."""
+    from recurrent_lowering.tests.onnx import models
+
+    model, _ = models.build(models.Config(op="GRU", dynamic_steps=True))
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    refused = run_lower(["m.onnx", "--target=onnx", "--emission=unrolled"], str(tmp_path))
+    assert refused.returncode == 1 and "unrolling needs a static sequence length" in refused.stderr
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "c.npz", X=rng.standard_normal((7, 2, 3)).astype(np.float32))
+    args = ["m.onnx", "--target=onnx", "--calibration=c.npz", "--emission=unrolled"]
+    result = run_lower([*args, "--report=r.json", "--output=u.onnx"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["warnings"] == [
+        "--emission unrolled: the rewritten model takes the --calibration shapes only "
+        "(X [7, 2, 3]), which fix its sequence lengths"
+    ]
+    assert report["numerics"]["max_abs_err"] <= 1e-5
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "u.onnx")).graph.node}
+    assert not ops & {"GRU", "Scan", "Loop"}  # unrolled
+
+
 def test_generated_inputs_say_what_they_are(tmp_path):
     """No --calibration: the dynamic length gets the default time steps, sequence_lens the
     full length, and the report says so and gives the shapes its check used."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import collections
+import re
 import shutil
 import tempfile
 from typing import Any
@@ -18,7 +18,7 @@ from .plot import plot_error_per_timestep
 def _module(source):
     """The torch module to lower: the bundled example itself, or a loaded .pt2 unlifted by
     the adapter (a module the Arm flow can `.eval()` and re-export)."""
-    from recurrent_lowering.backends.executorch_arm.decompose import as_module
+    from recurrent_lowering.backends.executorch_arm.exported import as_module
 
     return source.eager if source.eager is not None else as_module(source.program)
 
@@ -93,141 +93,66 @@ def _vela_figures(result, report: dict[str, Any]) -> None:
         )
 
 
-def _precision(options, target: str, module, example, report):
-    """--quantization auto's precision per region (a precision.Choice), or None where the
-    activations are the user's choice or plain int8; the report says which and why."""
-    from recurrent_lowering.backends.executorch_arm import precision
+def arm_options(options, target: str):
+    """The flags as the Arm adapter's Options (checked there: options.check)."""
+    from recurrent_lowering.backends.executorch_arm.options import Options
 
-    if options.quantization != "auto":
-        if options.cycle_budget != 3.0:
-            raise LoweringError("--cycle_budget applies to --quantization auto")
-        return None
-    if target == "TOSA-1.0+FP":
-        return None
-    reason = precision.fixed_reason(
-        target, options.recurrent_weight_bits, options.keep_recurrent_on_cpu
+    return Options(
+        target,
+        quantization=options.quantization,
+        cycle_budget=None if options.cycle_budget is None else options.cycle_budget / 100,
+        emission=options.emission,
+        recurrent_weight_bits=options.recurrent_weight_bits,
+        keep_recurrent_on_cpu=options.keep_recurrent_on_cpu,
+        system_config=options.system_config,
+        memory_mode=options.memory_mode,
     )
-    if reason is None:
-        try:
-            return precision.choose_for(module, example, target, options.cycle_budget / 100)
-        except precision.CostModelError as e:
-            reason = str(e)
-    report["quantization"]["auto"] = {"choice": "int8", "why": reason}
-    return None
 
 
-def _plan(options, target: str, choice=None):
-    """The ArmPlan for the options: checked there, once; a combination the target cannot
-    take is the user's error. --quantization int16 needs the TOSA int16 extension and
-    4-bit recurrent weights the int4 one, which every Ethos-U compile spec has and
-    TOSA-1.0+INT gets added."""
-    from recurrent_lowering.backends.executorch_arm.plan import ArmPlan, PlanError, tosa_target
-
-    if target == "TOSA-1.0+FP":
-        for flag, value, default in (
-            ("--quantization", options.quantization, "auto"),
-            ("--recurrent_weight_bits", options.recurrent_weight_bits, 8),
-        ):
-            if value != default:
-                raise LoweringError(f"{flag} {value} applies to INT targets, not TOSA-1.0+FP")
-    state_bits = 16 if options.quantization == "int16_state" else 8
-    activations = "int16" if options.quantization == "int16" else "int8"
-    recurrent = None
-    if choice is not None:
-        activations = choice.rest
-        recurrent = choice.recurrent if choice.recurrent != choice.rest else None
-    bits = options.recurrent_weight_bits
-    widest = "int16" if "int16" in (activations, recurrent) else "int8"
-    try:
-        return ArmPlan(
-            tosa_target(target, widest, state_bits, bits),
-            strategy=options.strategy,
-            activations=activations,
-            state_bits=state_bits,
-            recurrent_weight_bits=bits,
-            keep_recurrent_on_cpu=options.keep_recurrent_on_cpu,
-            recurrent_activations=recurrent,
-        )
-    except PlanError as e:
-        raise LoweringError(str(e)) from e
+_FLAGS = (  # Options fields that are //tools:lower flags of the same name
+    "quantization",
+    "cycle_budget",
+    "emission",
+    "recurrent_weight_bits",
+    "keep_recurrent_on_cpu",
+    "system_config",
+    "memory_mode",
+)
 
 
-def _auto_report(choice, result) -> dict:
+def _as_flags(message: str) -> str:
+    """An OptionError's message with the options it names written as the flags."""
+    return re.sub(rf"\b({'|'.join(_FLAGS)})\b", r"--\1", message)
+
+
+def _auto_report(result) -> dict:
     """What auto chose per region, with int8's cycles: the measured cycles scaled by the
     cost model's int8/chosen ratio (the model's own figures are under estimated_cycles)."""
+    choice = result.precision
     auto = choice.report()
-    if result.vela is not None:
+    if result.vela is not None and choice.why is None:
         measured = result.vela.summary.cycles
         ratio = choice.int8_estimate / choice.estimates[choice.name]
         auto.update(cycles=measured, int8_cycles_estimate=round(measured * ratio))
     return auto
 
 
-def _vela_options(options, target: str) -> dict:
-    """system_config / memory_mode for flow.lower, checked against Vela's vela.ini."""
-    from recurrent_lowering.runtime import vela
-
-    chosen = {"system_config": options.system_config, "memory_mode": options.memory_mode}
-    if not any(chosen.values()):
-        return {}
-    if not target.startswith("ethos-u"):
-        raise LoweringError(f"--system_config and --memory_mode are Vela's: not for {target}")
-    for (key, value), known in zip(chosen.items(), vela.config_names()):
-        if value is not None and value not in known:
-            raise LoweringError(f"--{key} {value}: Vela knows {', '.join(known)}")
-    family = target.split("-")[1].upper()  # "ethos-u55-128" -> "U55"
-    system = chosen["system_config"]
-    if system is not None and f"_{family}_" not in system:
-        raise LoweringError(f"--system_config {system} is not a system config for {target}")
-    return chosen
-
-
-def _arm_factories(plan):
-    """(quantizer factory, partitioner factory, partitioners and quantizers created) for
-    flow.lower: our decomposition per the plan; the hidden state output shares the state
-    input's quantization, or with --keep_recurrent_on_cpu recurrent layers stay in float
-    and the partitioner leaves them on the CPU."""
-    from recurrent_lowering.backends.executorch_arm import arm_hooks
-
-    partitioners, quantizers = [], []
-
-    def partitioner_factory(spec):
-        partitioners.append(arm_hooks.create_partitioner(spec, plan))
-        return partitioners[-1]
-
-    def quantizer_factory(spec):
-        quantizer = arm_hooks.quantizer_factory(plan)(spec)
-        quantizers.append(quantizer.base)
-        return quantizer
-
-    return quantizer_factory, partitioner_factory, partitioners, quantizers
-
-
-def _report_cpu_reasons(options, partitioners, result, report: dict[str, Any]) -> None:
+def _report_cpu_reasons(options, result, report: dict[str, Any]) -> None:
     """ops.cpu_reasons from the partitioner's view of the nodes it left on the CPU, and a
     warning naming the recurrent layers among them."""
-    from recurrent_lowering.backends.executorch_arm import fallback
+    from recurrent_lowering.backends.executorch_arm.partition import cpu_reasons
 
-    reasons = report["ops"]["cpu_reasons"]
-    for partitioner in partitioners:
-        for reason, count in (partitioner.cpu_reasons or {}).items():
-            reasons[reason] = reasons.get(reason, 0) + count
-    unexplained = result.cpu_nodes - sum(reasons.values())
-    if unexplained:
-        reasons["left on the CPU after partitioning (unclassified)"] = unexplained
-    layers = collections.Counter()
-    for partitioner in partitioners:
-        layers.update(getattr(partitioner, "recurrent_on_cpu", None) or {})
+    report["ops"]["cpu_reasons"].update(result.cpu_reasons)
+    layers = result.recurrent_on_cpu
     if layers:
         named = ", ".join(f"{layer} ({count} ops)" for layer, count in sorted(layers.items()))
         report["warnings"].append(
             f"recurrent layers not wholly on the NPU: {named}; their steps cross the delegate "
             "boundary (see the CPU reasons)"
         )
-    if options.keep_recurrent_on_cpu and not reasons.get(fallback.KEPT_ON_CPU):
+    if options.keep_recurrent_on_cpu and not result.cpu_reasons.get(cpu_reasons.KEPT_ON_CPU):
         report["warnings"].append(
-            "--keep_recurrent_on_cpu: no node of an nn.GRU/LSTM/RNN module found in the program "
-            "(recurrent layers are recognised by their torch module)"
+            "--keep_recurrent_on_cpu: no recurrent layer found in the program"
         )
 
 
@@ -237,8 +162,14 @@ def lower(source, options, staging, output, report, progress) -> None:
 
 
 def _lower(source, options, staging, output, report, progress) -> None:
-    from recurrent_lowering.backends.executorch_arm import flow, precision
+    from recurrent_lowering.backends.executorch_arm import flow
+    from recurrent_lowering.backends.executorch_arm.options import OptionError, check
+    from recurrent_lowering.runtime import arm_numerics
 
+    try:
+        arm = check(arm_options(options, report["target"]))
+    except OptionError as e:
+        raise LoweringError(_as_flags(str(e))) from e
     onnx = None
     if source.kind == "onnx":
         from recurrent_lowering.backends.onnx.input_sizes import input_specs
@@ -256,9 +187,9 @@ def _lower(source, options, staging, output, report, progress) -> None:
         module, example = onnx.module, onnx.example
         samples = [example]
     elif source.kind == "torch":
-        from recurrent_lowering.backends.executorch_arm import decompose
+        from recurrent_lowering.backends.executorch_arm.recurrent_ops import aten
 
-        report["ops"]["recurrent_layers"] = decompose.recurrent_layers(source.program.graph)
+        report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
         _refuse_float64(source)
         module = _module(source)
         example, samples = _inputs(source, options, report)
@@ -268,44 +199,11 @@ def _lower(source, options, staging, output, report, progress) -> None:
         raise LoweringError(f"{source.path}: {report['target']} cannot take a {source.kind} model")
     work = tempfile.mkdtemp(prefix="lower-")
     try:
-        choice = _precision(options, report["target"], module, example, report)
-        vela_options = _vela_options(options, report["target"])
-
-        def attempt(choice):
-            plan = _plan(options, report["target"], choice)
-            quantizer_factory, partitioner_factory, partitioners, quantizers = _arm_factories(plan)
-            result = flow.lower(
-                module,
-                example,
-                plan.target,
-                artifact_dir=work,
-                calibration_inputs=samples,
-                quantizer_factory=quantizer_factory,
-                partitioner_factory=partitioner_factory,
-                plan=plan,
-                progress=progress,
-                **vela_options,
-            )
-            return result, partitioners, quantizers
-
         try:
-            try:
-                result, partitioners, quantizers = attempt(choice)
-            except Exception as e:  # auto's int16 choice that does not lower: int8 does
-                if choice is None or choice.name == "int8":
-                    raise
-                choice = precision.did_not_lower(choice, e)
-                report["warnings"].append(f"--quantization auto: {choice.fallback}; int8")
-                result, partitioners, quantizers = attempt(choice)
-            measured = result.vela.summary.cycles if result.vela is not None else None
-            over = precision.over_budget(choice, measured) if choice is not None else None
-            if over is not None:
-                choice = over
-                report["warnings"].append(
-                    f"--quantization auto: {choice.fallback}; lowered again in int8"
-                )
-                result, partitioners, quantizers = attempt(choice)
-        except flow.FlowError as e:
+            result = flow.lower(
+                module, example, arm, work, calibration_inputs=samples, progress=progress
+            )
+        except arm_numerics.NumericsError as e:
             raise LoweringError(str(e)) from e
         except Exception as e:  # Vela refusing a configuration: its own message says why
             if not type(e).__module__.startswith("ethosu."):
@@ -315,8 +213,12 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 f"{options.memory_mode or 'default memory mode'}): {e}"
             ) from e
         staging.path_for(output).write_bytes(result.pte)
+        choice = result.precision
+        if choice is not None and choice.fallback:
+            again = "; lowered again in int8" if "measured" in choice.fallback else "; int8"
+            report["warnings"].append(f"--quantization auto: {choice.fallback}{again}")
         bits = options.recurrent_weight_bits
-        if bits != 8 and not sum(q.narrowed for q in quantizers):
+        if bits != 8 and not result.narrowed:
             report["warnings"].append(
                 f"--recurrent_weight_bits {bits}: the model has no recurrent weights to narrow"
             )
@@ -326,12 +228,12 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 recurrent_weight_bits=options.recurrent_weight_bits,
             )
             if choice is not None:
-                report["quantization"]["auto"] = _auto_report(choice, result)
+                report["quantization"]["auto"] = _auto_report(result)
         report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
         if not result.edge_nodes:
             report["warnings"].append(f"nothing was delegated to {report['target']}")
         report["ops"]["tosa"] = result.tosa_ops
-        _report_cpu_reasons(options, partitioners, result, report)
+        _report_cpu_reasons(options, result, report)
         if options.tosa_output is not None and result.tosa_files:
             shutil.copyfile(result.tosa_files[0], staging.path_for(options.tosa_output))
         if result.vela is not None:
@@ -341,8 +243,8 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
         with progress.stage("numerics on the TOSA reference model"):
             try:
-                numerics = flow.check_numerics(result, module, example)
-            except flow.FlowError as e:
+                numerics = arm_numerics.check(result, module, example)
+            except arm_numerics.NumericsError as e:
                 report["warnings"].append(f"numerics not checked: {e}")
                 return
         reference, tosa = numerics.reference, numerics.tosa

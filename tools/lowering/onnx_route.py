@@ -3,7 +3,7 @@
 Static input shapes -> recurrent nodes become nn.GRU/LSTM/RNN or the layer op carrying the
 core's description (backends.onnx_to_torch.recurrent_modules: then decomposed like a torch
 model's layers, loop form included), the few no torch op carries (float64, run-time
-weights) `rewrite_model(strategy="unrolled")` -> onnx2torch
+weights) `rewrite_model(emission="unrolled")` -> onnx2torch
 (backends.onnx_to_torch.convert) -> a torch module for the Arm flow. The fp32 reference is
 onnxruntime on the input model, which shares no code with the route; the converted torch
 module is checked against it too.
@@ -113,7 +113,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             folded, reversed_nodes = reversal.fold_reversals(model)  # no REVERSE on U55
             rewritten = rewrite.rewrite_model(  # NPU weights are compiled in: constants only
                 folded,
-                strategy="unrolled",
+                emission="unrolled",
                 activation_defaults=options.activation_defaults,
                 require_constant_weights=True,
                 keep=selection,
@@ -132,7 +132,7 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
         "reversals_folded": reversed_nodes,
     }
     report["ops"]["recurrent_layers"] = [*names, *unrolled]
-    if unrolled and options.strategy == "loop":
+    if unrolled and options.emission == "loop":
         report["warnings"].append(
             f"--emission loop: {', '.join(unrolled)} rewritten unrolled (see "
             "recurrent_nodes.unrolled)"

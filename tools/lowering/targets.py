@@ -18,9 +18,9 @@ TARGETS = ("aten", "onnx", *TOSA_TARGETS, *ETHOS_U_TARGETS)
 
 @dataclasses.dataclass
 class Options:
-    strategy: str = "auto"  # auto | unrolled | scan (--emission loop)
+    emission: str = "auto"  # auto | unrolled | scan (--emission loop)
     quantization: str = "auto"  # auto | int8 | int16 (activations) | int16_state (loop steps)
-    cycle_budget: float = 3.0  # percent over int8 that auto may spend
+    cycle_budget: float | None = None  # percent over int8 that auto may spend (None: 3)
     calibration: pathlib.Path | None = None
     keep_recurrent_on_cpu: bool = False
     activation_defaults: str = "onnxruntime"  # onnxruntime | onnx (the spec's; ONNX inputs)
@@ -46,22 +46,25 @@ def default_output_name(model_name: str, target: str) -> str:
 Handler = Callable[[ModelSource, Options, Staging, pathlib.Path, dict, Progress], None]
 
 
+# Why --target aten writes no loop node (the core plan unrolls, or refuses --emission loop).
+_NO_LOOP = (
+    "--target aten: a .pt2 of elementary ATen ops, where a loop node, which exists only "
+    "while lowering for TOSA/Ethos-U, cannot be; use --emission unrolled or auto"
+)
+
+
 def _lower_aten(source, options, staging, output, report, progress) -> None:
     import copy
 
     import torch
 
-    from recurrent_lowering.backends.executorch_arm import decompose
+    from recurrent_lowering.backends.executorch_arm.emission import decompose
+    from recurrent_lowering.backends.executorch_arm.plan import core_plan
+    from recurrent_lowering.backends.executorch_arm.recurrent_ops import aten
     from recurrent_lowering.tools.lowering import calibration, numerics
 
     if source.kind != "torch":
         raise LoweringError(f"{source.path}: --target aten takes a .pt2 or a bundled example")
-    if options.strategy == "loop":
-        raise LoweringError(
-            "--target aten writes elementary ATen ops, which the loop form is not (its scan "
-            "node exists only while lowering for TOSA/Ethos-U); use --emission unrolled or auto"
-        )
-    strategy = "unrolled"
     specs = calibration.torch_input_specs(source)
     arrays = calibration.load_checked(options.calibration, specs)
     inputs = source.example_inputs
@@ -74,11 +77,13 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
     if inputs is not None:  # the reference comes first: decomposition may reuse the graph
         with torch.no_grad():  # on a copy: a state buffer written in place must stay as loaded
             expected = copy.deepcopy(source.program).module()(*inputs)
-    report["ops"]["recurrent_layers"] = decompose.recurrent_layers(source.program.graph)
+    report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
     if not report["ops"]["recurrent_layers"]:
         report["warnings"].append("no recurrent layer in the model: written unchanged")
     with progress.stage("decompose recurrent layers"):
-        lowered = decompose.decompose_recurrent(source.program, strategy=strategy)
+        lowered = decompose.decompose_recurrent(
+            source.program, core_plan(options.emission, no_loop=_NO_LOOP)
+        )
     with progress.stage("save .pt2"):
         torch.export.save(lowered, str(staging.path_for(output)))
     if inputs is not None:
@@ -101,11 +106,23 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
         raise LoweringError(f"{source.name}: --target onnx takes an .onnx file")
     specs = input_sizes.input_specs(source.program)
     arrays = calibration.load_checked(options.calibration, specs)
-    strategy = "auto" if options.strategy == "auto" else options.strategy
+    emission = options.emission
+    model = source.program
+    if arrays is not None and emission == "unrolled":  # unrolling needs static lengths
+        from recurrent_lowering.backends.onnx.specialize import specialize
+
+        shapes = {name: a.shape for a, (name, _, _) in zip(arrays, specs)}
+        with progress.stage("specialise to the --calibration shapes"):
+            model = specialize(source.program, shapes, {})
+        fixed = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
+        report["warnings"].append(
+            f"--emission unrolled: the rewritten model takes the --calibration shapes only "
+            f"({fixed}), which fix its sequence lengths"
+        )
     with progress.stage("rewrite recurrent nodes"):
         rewritten = rewrite.rewrite_model(
-            source.program,
-            strategy=strategy,
+            model,
+            emission=emission,
             activation_defaults=options.activation_defaults,
             tune_for=options.tune_for,
         )

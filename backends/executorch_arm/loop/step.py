@@ -3,9 +3,9 @@
 The step (state..., x_t) -> (state'...) is a graph of a dozen ops, so ExecuTorch lowers it in
 seconds whatever T is. Quantized, it is calibrated on the float inputs of every timestep the
 loop saw (loop.op.run_graph records them), so all steps share one set of scales, and each
-state output shares its state input's quantization (RecurrentStateQuantizer): step t's
-output is step t+1's input with no requantization, exactly as a streaming model feeds h_n
-back as h0.
+state output shares its state input's quantization (quantization.states): step t's output
+is step t+1's input with no requantization, exactly as a streaming model feeds h_n back as
+h0.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ import dataclasses
 from typing import Optional
 
 import torch
+from executorch.backends.arm.quantizer import TOSAQuantizer
 
+from ..compat.histogram_observer import HistogramObserver
 from ..edge_io import io_mapping
-from ..recurrent_quantization import RecurrentStateQuantizer, clip_by_range
+from ..quantization.clip import clip_by_range
+from ..quantization.states import share_states
 from .op import StepProgram
 from .tosa_template import TosaTemplate
 
@@ -34,20 +37,17 @@ class StepTemplate:
     output_quant: list
 
 
-class _StepStateQuantizer(RecurrentStateQuantizer):
-    """Each state output shares its state input's qparams (inputs and outputs in order)."""
+class _StepQuantizer(TOSAQuantizer):
+    """The step's quantizer: the Arm annotation, each state output in its state input's
+    group (inputs and outputs paired by position), then an int16 clip quantized to its own
+    range, as a whole program's (quantization.quantizer)."""
 
-    def __init__(self, base, num_states: int):
-        super().__init__(base)
-        self.num_states = num_states
+    num_states = 0
 
-    def transform_for_annotation(self, model):
-        placeholders = list(model.graph.find_nodes(op="placeholder"))
-        self.pairs = [(placeholders[i].name, i) for i in range(self.num_states)]
-        return self.base.transform_for_annotation(model)
-
-    def annotate(self, model):  # (a whole program's quantizer, arm_hooks', does the same)
+    def annotate(self, model):
         model = super().annotate(model)
+        states = list(model.graph.find_nodes(op="placeholder"))[: self.num_states]
+        share_states(model.graph, [(state.name, i) for i, state in enumerate(states)])
         clip_by_range(model.graph)
         return model
 
@@ -62,8 +62,8 @@ def _example(program: StepProgram) -> tuple:
 def _pin(prepared: torch.fx.GraphModule, pins: dict) -> None:
     """Make the observer of step input k report pins[k] (a QuantParams) instead of its own
     estimate. The observer instance is shared with whatever PT2E shares it with (a state
-    input's with its state output), so the step's structure, and its rescales, stay as they
-    are: only the scale values change."""
+    input's with its state output) and derives from it (a product's bias), so the step's
+    structure, and its rescales, stay as they are: only the scale values change."""
     placeholders = list(prepared.graph.find_nodes(op="placeholder"))
     for k, q in pins.items():
         users = [u for u in placeholders[k].users if u.op == "call_module"]
@@ -72,21 +72,21 @@ def _pin(prepared: torch.fx.GraphModule, pins: dict) -> None:
         observer = prepared.get_submodule(users[0].target)
         if observer.dtype != getattr(torch, q.dtype):
             continue  # another precision inside the step (int16 state): the boundary rescales
-        scale, zero_point = torch.tensor([q.scale]), torch.tensor([q.zero_point])
-        observer.calculate_qparams = lambda s=scale, z=zero_point: (s, z)
+        if not isinstance(observer, HistogramObserver):
+            raise StepLoweringError(f"step input {k}: {type(observer).__name__} cannot be pinned")
+        observer.pin(q.scale, q.zero_point)
 
 
 def _quantize(program: StepProgram, compile_spec, example: tuple, pins: dict):
-    from executorch.backends.arm.quantizer import TOSAQuantizer
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     if not program.samples:
         raise StepLoweringError(
             "the loop was never run (loop.op.run_graph), so its step has no calibration"
         )
-    base = TOSAQuantizer(compile_spec)
-    base.set_global(program.step_config or program.quant_config)
-    quantizer = _StepStateQuantizer(base, program.num_states)
+    quantizer = _StepQuantizer(compile_spec)
+    quantizer.num_states = program.num_states
+    quantizer.set_global(program.step_config or program.quant_config)
     ep = torch.export.export(program.step, example)
     prepared = prepare_pt2e(ep.module(), quantizer)
     for sample in program.samples:

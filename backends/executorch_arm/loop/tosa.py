@@ -1,8 +1,9 @@
 """TOSA for `recurrent_lowering::loop`: the step template written once per timestep.
 
-Registered with ExecuTorch's public registries (importing this module is enough):
-`register_tosa_support_check` lets the Arm partitioners delegate the loop node and
-`register_node_visitor` writes its TOSA. ExecuTorch's passes see one node per layer direction;
+`register()` adds two classes to ExecuTorch's public registries (compat.lowering calls it
+before our first lowering; they concern our loop op alone): `register_tosa_support_check`
+lets the Arm partitioners delegate the loop node and `register_node_visitor` writes its
+TOSA. ExecuTorch's passes see one node per layer direction;
 the visitor lowers the step once (loop.step) and instantiates it T times:
 
     xs [T, B, G] -> RESHAPE [T*B, G] (none when xs is that view) -> (RESCALE to the step's
@@ -36,18 +37,17 @@ from executorch.backends.arm.operator_support.tosa_supported_operators import (
 )
 from executorch.backends.arm.operators.node_visitor import NodeVisitor, register_node_visitor
 from executorch.backends.arm.tosa.mapping import TosaArg
-from executorch.exir.dialects._ops import ops as exir_ops
 
 from recurrent_lowering.runtime.quantization import QuantParams
 
+from ..compat.edge_ops import edge
 from . import op as loop_op
 from . import step as loop_step
 from .tosa_template import RowView
 
-_EDGE_OP = exir_ops.edge.recurrent_lowering.loop.default
+_EDGE_OP = edge.recurrent_lowering.loop.default
 
 
-@register_tosa_support_check
 class LoopSupported(SupportedTOSAOperatorCheck):
     """The loop node is delegated whenever its step is (checked when the step is lowered)."""
 
@@ -177,7 +177,6 @@ class _Writer:
         return out
 
 
-@register_node_visitor
 class LoopVisitor(NodeVisitor):
     target = loop_op.EDGE_NAME
 
@@ -263,3 +262,15 @@ class LoopVisitor(NodeVisitor):
         total = y_rows + len(finals) * rows
         y = w.concat(parts, 0, (total, hidden), output.dtype)
         w.reshape(y, output.shape, output.dtype, out=output.name)
+
+
+_registered = False
+
+
+def register() -> None:
+    """The loop node's support check and TOSA visitor in ExecuTorch's registries, once."""
+    global _registered
+    if not _registered:
+        register_tosa_support_check(LoopSupported)
+        register_node_visitor(LoopVisitor)
+        _registered = True

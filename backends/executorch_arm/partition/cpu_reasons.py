@@ -1,10 +1,8 @@
 """Which nodes stay on the CPU, and why: recurrent layers kept off the NPU, and their reasons.
 
 A recurrent layer kept on the CPU is still decomposed by our core (ExecuTorch's portable
-runtime has no `aten::gru` kernel), so it is recognised by provenance, not by op: the fx
-builder copies `nn_module_stack` from the replaced `aten.gru`, so every emitted node (and
-what `to_edge` decomposes it into) names the `nn.GRU`/`LSTM`/`RNN` (or layer_op.Layer)
-module it came from.
+runtime has no `aten::gru` kernel), so it is recognised by what the fx builder tagged every
+emitted node with (emission.origin), which `to_edge`'s decompositions carry over.
 
   KeepRecurrentOnCpu       an operator-support check for the partitioner's `additional_checks`:
                            rejects nodes of recurrent layers;
@@ -18,53 +16,27 @@ module it came from.
 from __future__ import annotations
 
 import collections
-import dataclasses
-from typing import Mapping, Optional
+from typing import Mapping
 
 import torch
 from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from recurrent_lowering.runtime.delegate_run import Boundary, BoundaryValue
 from recurrent_lowering.runtime.quantization import QuantParams
 
-from . import layer_op
-
-# Module types whose nodes count as "recurrent layer" (nn_module_stack stores them as
-# "module.qualname" strings or as classes, depending on who built the graph).
-RECURRENT_MODULES = (
-    layer_op.Layer,
-    torch.nn.GRU,
-    torch.nn.LSTM,
-    torch.nn.RNN,
-    torch.nn.GRUCell,
-    torch.nn.LSTMCell,
-    torch.nn.RNNCell,
-)
-_RECURRENT_NAMES = frozenset(f"{t.__module__}.{t.__qualname__}" for t in RECURRENT_MODULES)
+from ..emission.origin import layer_of
 
 KEPT_ON_CPU = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
 QDQ_AT_BOUNDARY = "q/dq at delegate boundary"
 QDQ_ON_CPU = "q/dq around CPU ops"
 
 
-def _type_name(t) -> str:
-    return t if isinstance(t, str) else f"{t.__module__}.{t.__qualname__}"
-
-
-def recurrent_layer_of(node: Node) -> Optional[str]:
-    """The module path of the recurrent layer `node` was emitted for, or None."""
-    stack = node.meta.get("nn_module_stack") or {}
-    for path, module_type in reversed(list(stack.values())):
-        if _type_name(module_type) in _RECURRENT_NAMES:
-            return str(path).replace("L['self'].", "").replace("L__self__", "")
-    return None
-
-
 class KeepRecurrentOnCpu(OperatorSupportBase):
-    """Negative support check: nodes coming from a recurrent layer are not delegated."""
+    """Negative support check: nodes computing a recurrent layer are not delegated."""
 
     def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: Node) -> bool:
-        return recurrent_layer_of(node) is None
+        return layer_of(node) is None
 
 
 def _is_qdq(node: Node) -> bool:
@@ -92,7 +64,7 @@ def cpu_reasons(
             neighbours = [*node.all_input_nodes, *node.users]
             at_boundary = any("delegation_tag" in n.meta for n in neighbours)
             reason = QDQ_AT_BOUNDARY if at_boundary else QDQ_ON_CPU
-        elif keep_recurrent_on_cpu and recurrent_layer_of(node) is not None:
+        elif keep_recurrent_on_cpu and layer_of(node) is not None:
             reason = KEPT_ON_CPU
         else:
             reason = f"{_op_name(node)} not supported on {target}"
@@ -110,26 +82,10 @@ def recurrent_on_cpu(graph: torch.fx.Graph) -> collections.Counter:
             continue
         if _op_name(node) == "getitem" or _is_qdq(node):
             continue
-        layer = recurrent_layer_of(node)
+        layer = layer_of(node)
         if layer is not None:
             layers[layer] += 1
     return layers
-
-
-@dataclasses.dataclass(frozen=True)
-class BoundaryValue:
-    """A value crossing a delegate boundary: its shape and the CPU-side q/dq parameters
-    (None for a float value)."""
-
-    name: str
-    shape: tuple
-    quant: Optional[QuantParams]
-
-
-@dataclasses.dataclass
-class Boundary:
-    inputs: list  # list[BoundaryValue], in first-use order
-    outputs: list  # list[BoundaryValue], in graph order
 
 
 def _params(node: Node) -> QuantParams:
@@ -162,18 +118,3 @@ def delegate_boundaries(graph: torch.fx.Graph) -> dict:
             quant = _params(dq[0]) if dq and len(dq) == len(outside) else None
             b.outputs.append(BoundaryValue(node.name, _shape(node), quant))
     return boundaries
-
-
-def match_by_shape(values: list, shapes: list) -> list:
-    """values (BoundaryValue) reordered to match `shapes` (a TOSA graph's I/O); refuses when
-    two values share a shape, since then only names could tell them apart."""
-    by_shape: dict = {}
-    for v in values:
-        by_shape.setdefault(tuple(v.shape), []).append(v)
-    ordered = []
-    for shape in shapes:
-        candidates = by_shape.get(tuple(shape), [])
-        if len(candidates) != 1:
-            raise ValueError(f"{len(candidates)} boundary values of shape {shape}: ambiguous")
-        ordered.append(candidates[0])
-    return ordered

@@ -19,20 +19,20 @@ import torch
 from torch.fx import Graph, Node
 from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQuantizationSpec
 
-from . import precision
-from .fallback import recurrent_layer_of
+from ..emission.origin import layer_of
+from ..precision.cost_model import MOVES
 
 _Q_KEY = "quantization_annotation"
 aten = torch.ops.aten
 
 # Ops that move values without arithmetic (TOSA lowers them without a rescale): the cost
 # model's, and the selects and slices that read part of a layer's output.
-_MOVES = precision.MOVES | {aten.select.int, aten.slice.Tensor}
+_MOVES = MOVES | {aten.select.int, aten.slice.Tensor}
 _FLAG = "recurrent_precision_kept"  # a move kept in its recurrent layer's int16
 
 
 def _inside(node) -> bool:
-    return isinstance(node, Node) and recurrent_layer_of(node) is not None
+    return isinstance(node, Node) and layer_of(node) is not None
 
 
 def _is_int16(node: Node) -> bool:

@@ -1,25 +1,21 @@
-"""Replace PyTorch's recurrent ATen ops by what the core writes (ExportedProgram or GraphModule).
+"""Reading PyTorch's recurrent ops: each becomes the core's description of its layer.
 
   aten.gru.input / lstm.input / rnn_tanh.input / rnn_relu.input   (output, h_n[, c_n])
   aten.gru_cell / lstm_cell / rnn_tanh_cell / rnn_relu_cell       h' or (h', c')
+  recurrent_lowering.layer (layer_op)                             (y, h, c)
 
-Each op's arguments become a `RecurrentSpec` plus `LayerWeights` (via
-`gate_order.from_torch`); `passes.emit` writes the math through an `FxBuilder`, and
-the op's outputs (and their `getitem` users) are rewired to the emitted values.
-Initial states that export materialised as `aten.zeros` are treated as absent, so the
-core can drop their products. Weights must be constants of the program (parameters,
-buffers or lifted constants); anything else is refused with a `SpecError` naming
-the node and argument.
-
-`decompose_recurrent(ep)` works on the ExportedProgram's own graph (no `.module()`,
-so none of torch 2.13's `_guards_fn` call_modules) and returns a new program whose
-signature lists the new weights as parameters. `decompose_graph_module(gm)` does the
-same on a bare GraphModule with `get_attr` weights (PT2E / Arm annotation graphs).
+`read(node, constant_of)` gives a `RecurrentOp`: the `RecurrentSpec`, the `LayerWeights`
+per layer and direction (via `gate_order.from_torch`), and the op's tensor arguments.
+Every reader of a recurrent op (the rewrite into elementary ops, the precision cost model,
+the report) goes through it, so the arguments are parsed by name in one place. Initial
+states that export materialised as `aten.zeros` are treated as absent, so the core can drop
+their products. Weights must be constants of the program (parameters, buffers or lifted
+constants): `program_constants` and `module_constants` say what a node holds; anything else
+is refused with a `SpecError` naming the node and argument.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import operator
 from typing import Callable, Optional
@@ -27,16 +23,9 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import (
-    ExportGraphSignature,
-    InputKind,
-    InputSpec,
-    OutputSpec,
-    TensorArgument,
-)
+from torch.export.graph_signature import ExportGraphSignature
 from torch.fx import Graph, GraphModule, Node
 
-from recurrent_lowering import passes
 from recurrent_lowering.passes import gate_order
 from recurrent_lowering.passes.spec import (
     RELU,
@@ -48,9 +37,6 @@ from recurrent_lowering.passes.spec import (
 )
 
 from . import layer_op
-from .fx_builder import PLAIN, FxBuilder, ProductForm
-from .fx_constants import ConstantSink, ModuleConstants, ProgramConstants, fake_mode_of
-from .plan import core_plan
 
 aten = torch.ops.aten
 
@@ -69,6 +55,17 @@ CELL_OPS = {
 }
 PACKED_OPS = (aten.gru.data, aten.lstm.data, aten.rnn_tanh.data, aten.rnn_relu.data)
 LAYER_OPS = (layer_op.OP,)  # a complete description (what nn modules cannot express)
+# Module types whose nodes compute a recurrent layer (the Arm quantizer's set_module_type
+# gives a region its precision by these).
+MODULE_TYPES = (
+    layer_op.Layer,
+    torch.nn.GRU,
+    torch.nn.LSTM,
+    torch.nn.RNN,
+    torch.nn.GRUCell,
+    torch.nn.LSTMCell,
+    torch.nn.RNNCell,
+)
 TARGET_OPS = (
     frozenset(SEQUENCE_OPS) | frozenset(CELL_OPS) | frozenset(PACKED_OPS) | frozenset(LAYER_OPS)
 )
@@ -87,7 +84,7 @@ def has_recurrent_ops(graph: Graph) -> bool:
 def recurrent_layers(graph: Graph) -> list[str]:
     """'module path: op' of each recurrent op in `graph`, in graph order (for reports)."""
     return [
-        f"{_module_prefix(n) or n.name}: {n.target.__name__}"
+        f"{layer_name(n)}: {n.target.__name__}"
         for n in graph.nodes
         if n.op == "call_function" and n.target in TARGET_OPS
     ]
@@ -295,10 +292,45 @@ def _getitem_users(node: Node) -> dict[int, list[Node]]:
     return users
 
 
-# --- rewriting ------------------------------------------------------------------------------
+@dataclasses.dataclass
+class RecurrentOp:
+    """A recurrent op as the core sees it: its layer's description, weights and inputs
+    (None where absent: a zero initial state, no lengths). `sequence_lens` is a node, or
+    an int64 array when constant. A cell op is a one-step sequence whose `x` and states
+    are [B, .]: `is_cell`."""
+
+    node: Node
+    spec: RecurrentSpec
+    weights: list  # [layer][direction] LayerWeights
+    x: Node
+    h0: Optional[Node]
+    c0: Optional[Node]
+    sequence_lens: object
+    is_cell: bool
+
+    @property
+    def layer(self) -> str:
+        return layer_name(self.node)
 
 
-def _module_prefix(node: Node) -> str:
+def read(node: Node, constant_of: ConstantOf) -> RecurrentOp:
+    """The op `node` (one of TARGET_OPS) as the core's description; refuses packed
+    sequences and weights that are not constants."""
+    if node.target in PACKED_OPS:
+        raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
+    if node.target in CELL_OPS:
+        problem = _cell_problem
+    elif node.target in LAYER_OPS:
+        problem = _layer_problem
+    else:
+        problem = _sequence_problem
+    spec, weights, x, h0, c0, lens = problem(node, constant_of)
+    return RecurrentOp(node, spec, weights, x, h0, c0, lens, node.target in CELL_OPS)
+
+
+def module_path(node: Node) -> str:
+    """The module path of the layer a recurrent op computes: the innermost module of its
+    `nn_module_stack`, as the user named it ("" when export recorded none)."""
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return ""
@@ -306,66 +338,12 @@ def _module_prefix(node: Node) -> str:
     return path.replace("L['self'].", "").replace("L__self__", "")
 
 
-def _shape(v) -> Optional[tuple]:
-    """A node's static shape for the core: dims that are symbols become None."""
-    if not isinstance(v, Node):
-        return None
-    return tuple(d if isinstance(d, int) else None for d in _val(v).shape)
+def layer_name(node: Node) -> str:
+    """What reports call the layer of a recurrent op: its module path, else the node's name."""
+    return module_path(node) or node.name
 
 
-def _replace(
-    graph: Graph,
-    node: Node,
-    sink: ConstantSink,
-    constant_of: ConstantOf,
-    strategy: str,
-    products: ProductForm = PLAIN,
-) -> list[Node]:
-    """Emit `node`'s math before it, rewire its users, erase it; returns the emitted nodes."""
-    is_cell = node.target in CELL_OPS
-    if node.target in PACKED_OPS:
-        raise SpecError(node.name, "input", "packed sequences (PackedSequence) are not supported")
-    problem = _layer_problem if node.target in LAYER_OPS else _sequence_problem
-    spec, weights, x, h0, c0, lens = (_cell_problem if is_cell else problem)(node, constant_of)
-    dtype = _val(x).dtype
-    b = FxBuilder(graph, sink, meta_from=node, dtype=dtype, products=products)
-    with graph.inserting_before(node):
-        if is_cell:  # one step of a sequence: [B, I] -> [1, B, I], states [1, B, H]
-            x, h0, c0 = (None if v is None else b.unsqueeze(v, 0) for v in (x, h0, c0))
-        plan = core_plan(strategy)
-        shapes = {"x": _shape(x), "h0": _shape(h0), "c0": _shape(c0)}
-        if is_cell:
-            out = passes.emit_step(b, spec, weights, x, h0, c0, plan=plan, shapes=shapes)
-        else:
-            out = passes.emit(b, spec, weights, x, h0, c0, lens, plan=plan, shapes=shapes)
-        results = {0: out.y, 1: out.h, 2: out.c}
-        if is_cell:
-            results = {0: out.h, 1: out.c} if spec.cell is CellKind.LSTM else {0: out.h}
-            results = {k: None if v is None else b.squeeze(v, 0) for k, v in results.items()}
-    if is_cell and spec.cell is not CellKind.LSTM:
-        node.replace_all_uses_with(results[0])
-    else:
-        for u in list(node.users):
-            if u.users:
-                u.replace_all_uses_with(results[u.args[1]])
-            graph.erase_node(u)
-    args = [a for a in node.all_input_nodes]
-    graph.erase_node(node)
-    _erase_dead(graph, args)
-    return b.nodes
-
-
-def _erase_dead(graph: Graph, nodes: list[Node]) -> None:
-    """Erase producers left without users (export's `aten.zeros` states), recursively."""
-    todo = list(nodes)
-    while todo:
-        n = todo.pop()
-        if n.graph is graph and not n.users and n.op == "call_function" and not n.is_impure():
-            todo.extend(n.all_input_nodes)
-            graph.erase_node(n)
-
-
-def _written_in_place(n: Node) -> bool:
+def written_in_place(n: Node) -> bool:
     """Whether an op writes `n` in place (a state buffer's `copy_`, which export leaves in
     the graph): such a tensor changes between calls, so it is no constant."""
     for user in n.users:
@@ -378,14 +356,13 @@ def _written_in_place(n: Node) -> bool:
     return False
 
 
-# --- ExportedProgram -------------------------------------------------------------------------
-
-
-def _program_constant_of(ep: ExportedProgram, specs: list) -> ConstantOf:
+def program_constants(ep: ExportedProgram, specs: list) -> ConstantOf:
+    """What a placeholder of `ep` holds when it is a constant (a parameter, an unmutated
+    buffer, a lifted constant; `specs`: the input specs naming its placeholders), else None."""
     sig = ExportGraphSignature(specs, ep.graph_signature.output_specs)
 
     def constant_of(n: Node) -> Optional[torch.Tensor]:
-        if n.op != "placeholder" or _written_in_place(n):
+        if n.op != "placeholder" or written_in_place(n):
             return None
         if n.name in sig.inputs_to_parameters:
             return ep.state_dict[sig.inputs_to_parameters[n.name]]
@@ -401,80 +378,12 @@ def _program_constant_of(ep: ExportedProgram, specs: list) -> ConstantOf:
     return constant_of
 
 
-def decompose_recurrent(
-    ep: ExportedProgram, strategy: str = "unrolled", products: ProductForm = PLAIN
-) -> ExportedProgram:
-    """A copy of `ep` with every recurrent op replaced by what the core writes.
+def module_constants(gm: GraphModule) -> ConstantOf:
+    """What a get_attr node of `gm` holds when it is a tensor nobody writes, else None."""
 
-    The new weights are PARAMETERs of the returned program (in its state_dict), so
-    `.module()`, torch.export.save/load, the PT2E quantizer and ExecuTorch's passes
-    treat them as weights. Returns `ep` itself when it holds no recurrent op.
-    """
-    if not has_recurrent_ops(ep.graph):
-        return ep
-    old_placeholders = ep.graph.find_nodes(op="placeholder")
-    ep = copy.deepcopy(ep)
-    gm, graph = ep.graph_module, ep.graph
-    # deepcopy may rename placeholders (`input` -> `input_1`): specs follow by position
-    old_specs = [
-        InputSpec(s.kind, TensorArgument(n.name), s.target, s.persistent)
-        if isinstance(s.arg, TensorArgument)
-        else s
-        for s, n in zip(ep.graph_signature.input_specs, graph.find_nodes(op="placeholder"))
-    ]
-    assert len(old_specs) == len(old_placeholders)
-    state_dict, constants = dict(ep.state_dict), dict(ep.constants)
-    sink = ProgramConstants(graph, fake_mode_of(graph), state_dict, constants, old_specs)
-    constant_of = _program_constant_of(ep, old_specs)
-    replaced_args: set[Node] = set()
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target in TARGET_OPS:
-            replaced_args.update(n for n in node.all_input_nodes if n.op == "placeholder")
-            sink.prefix = _module_prefix(node)
-            _replace(graph, node, sink, constant_of, strategy, products)
-
-    # Drop weights nobody reads any more (the recurrent ops' own parameters).
-    by_name = {s.arg.name: s for s in old_specs if isinstance(s.arg, TensorArgument)}
-    for n in replaced_args:
-        spec = by_name.get(n.name)
-        if n.users or spec is None or spec.kind is InputKind.USER_INPUT:
-            continue
-        # (mutable buffers never get here: they are not constants, so _weight refused them)
-        state_dict.pop(spec.target, None)
-        constants.pop(spec.target, None)
-        graph.erase_node(n)
-
-    input_specs = []
-    for n in graph.find_nodes(op="placeholder"):
-        input_specs.append(by_name.get(n.name) or sink.input_specs[n.name])
-    outputs = graph.output_node().args[0]
-    output_specs = [
-        OutputSpec(s.kind, TensorArgument(o.name), s.target)
-        if isinstance(s.arg, TensorArgument)
-        else s
-        for s, o in zip(ep.graph_signature.output_specs, outputs)
-    ]
-    gm.recompile()
-    return ExportedProgram(
-        root=gm,
-        graph=graph,
-        graph_signature=ExportGraphSignature(input_specs, output_specs),
-        state_dict=state_dict,
-        range_constraints=ep.range_constraints,
-        module_call_graph=ep.module_call_graph,
-        example_inputs=ep.example_inputs,
-        constants=constants,
-        verifiers=ep.verifiers,
-    )
-
-
-# --- bare GraphModule ------------------------------------------------------------------------
-
-
-def _module_constant_of(gm: GraphModule) -> ConstantOf:
     def constant_of(n: Node) -> Optional[torch.Tensor]:
         if n.op != "get_attr" or any(
-            _written_in_place(m) for m in gm.graph.find_nodes(op="get_attr", target=n.target)
+            written_in_place(m) for m in gm.graph.find_nodes(op="get_attr", target=n.target)
         ):
             return None
         obj = gm
@@ -483,47 +392,3 @@ def _module_constant_of(gm: GraphModule) -> ConstantOf:
         return obj if isinstance(obj, torch.Tensor) else None
 
     return constant_of
-
-
-def decompose_graph_module(
-    gm: GraphModule,
-    strategy: str = "unrolled",
-    allowed: Callable[[Node], bool] = lambda n: True,
-    products: ProductForm = PLAIN,
-) -> bool:
-    """Replace the recurrent ops of a GraphModule in place (weights as get_attr); True if any."""
-    graph = gm.graph
-    nodes = [
-        n for n in graph.nodes if n.op == "call_function" and n.target in TARGET_OPS and allowed(n)
-    ]
-    if not nodes:
-        return False
-    sink = ModuleConstants(gm, fake_mode_of(graph))
-    constant_of = _module_constant_of(gm)
-    for node in nodes:
-        weights = [n for n in node.all_input_nodes if n.op == "get_attr"]
-        _replace(graph, node, sink, constant_of, strategy, products)
-        for w in weights:
-            if not w.users:
-                graph.erase_node(w)
-    graph.lint()
-    gm.recompile()
-    return True
-
-
-def as_module(ep: ExportedProgram) -> torch.fx.GraphModule:
-    """`ep` as a plain GraphModule that can be re-exported, `.eval()`ed and quantized.
-
-    `ExportedProgram.module()` refuses `.eval()` and, in torch 2.13, adds a `_guards_fn`
-    call_module that ExecuTorch's Arm passes reject; this copy has neither.
-    """
-    try:
-        unlifted = ep.module(check_guards=False)
-    except TypeError:  # torch without check_guards
-        unlifted = ep.module()
-    gm = GraphModule(unlifted, unlifted.graph)
-    for n in list(gm.graph.nodes):
-        if n.op == "call_module" and n.target == "_guards_fn" and not n.users:
-            gm.graph.erase_node(n)
-    gm.recompile()
-    return gm.eval()

@@ -10,7 +10,8 @@ its own `DecomposeGruPass`:
 
 Every new node gets `meta["val"]` computed by running its op on the arguments' fake
 tensors in the graph's own fake mode (symbolic batch sizes stay symbolic), plus the
-provenance keys (`stack_trace`, `nn_module_stack`, ...) of the node it replaces.
+provenance keys (`stack_trace`, `nn_module_stack`, ...) of the node it replaces and the
+layer it computes (origin.py).
 
 Weights go through a `ConstantSink` (fx_constants.py): parameter placeholders of an
 ExportedProgram, or `get_attr` nodes of a bare GraphModule.
@@ -53,6 +54,7 @@ from recurrent_lowering.passes.builder import (
 from recurrent_lowering.passes.spec import SpecError
 from recurrent_lowering.passes.translate import translate_body
 
+from . import origin
 from .fx_constants import ConstantSink, ModuleConstants
 
 aten = torch.ops.aten
@@ -67,8 +69,6 @@ PROVENANCE_KEYS = (
     "fwd_nn_module_stack",
     DISALLOW_TFA_META_KEY,  # the Arm quantizer's "leave this node in float" mark
 )
-# Meta key on the weight node of a product every timestep reads (WeightRole.per_step).
-PER_STEP_WEIGHT = "recurrent_lowering_per_step_weight"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +106,7 @@ class FxBuilder(Builder):
         meta_from: Optional[Node] = None,
         dtype: torch.dtype = torch.float32,
         products: ProductForm = PLAIN,
+        layer: Optional[str] = None,
     ):
         self.graph, self.sink, self.torch_dtype = graph, constants, dtype
         self.products = products
@@ -116,6 +117,9 @@ class FxBuilder(Builder):
         self.layer = meta_from.name if meta_from is not None else "loop"  # names errors
         if meta_from is not None:
             self.meta = {k: meta_from.meta[k] for k in PROVENANCE_KEYS if k in meta_from.meta}
+        self.origin_layer = layer
+        if layer is not None:  # every node says which layer it computes (origin.py)
+            self.meta["custom"] = origin.tagged(self.meta.get("custom"), layer=layer)
         self.nodes: list[Node] = []  # every call_function emitted, in order
         self._n_weights = 0
 
@@ -161,7 +165,7 @@ class FxBuilder(Builder):
                 raise SpecError(name, what, "runtime weights are not supported in torch programs")
         w = self._weight(weight, name)
         if role is not None and role.per_step:
-            w.meta[PER_STEP_WEIGHT] = True  # weight_precision finds these
+            origin.tag(w, layer=self.origin_layer, per_step=True)  # quantization.weights
         x = self._node(x)
         if self.products.recurrent_product == "matmul" and self._one_row(x):
             return self._matmul_left(x, w, bias)
@@ -259,7 +263,7 @@ class FxBuilder(Builder):
     def loop(self, loop, carried, xs, outer, used=None):
         """One `recurrent_lowering::loop` node running the body as a GraphModule (loop.op).
         `used`: the results anything reads (c_n read by nobody is not returned)."""
-        from .loop import op as loop_op
+        from ..loop import op as loop_op
 
         carried = [self._node(v) for v in carried]
         if len(xs) != 1 or len(carried) not in (1, 2):
@@ -307,6 +311,7 @@ class FxBuilder(Builder):
             ModuleConstants(module, self.fake_mode, prefix="step"),
             dtype=self.torch_dtype,
             products=self.products,
+            layer=self.origin_layer,
         )
         new, ys = translate_body(body, b, inputs, outer)
         new = [b._node(v) for v in new]

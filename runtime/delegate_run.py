@@ -7,21 +7,53 @@ A program with a recurrent layer kept on the CPU and the rest delegated cannot r
 piece here: the host runtime has no Ethos-U backend, and the TOSA reference model runs only the
 delegate. So its numerics are checked split: the CPU part as a CPU-only .pte in ExecuTorch's
 host runtime (runtime.executorch_host), the delegate's dumped .tosa here, fed the CPU part's
-float outputs through the boundary's quantize parameters (fallback.delegate_boundaries, read
+float outputs through the boundary's quantize parameters (the Arm adapter's
+partition.cpu_reasons.delegate_boundaries, read
 from the q/dq nodes the partitioner left on the CPU) and dequantized the same way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-from recurrent_lowering.runtime import tosa_flatbuffer, tosa_reference
+from . import tosa_flatbuffer, tosa_reference
+from .quantization import QuantParams
 
-from .fallback import Boundary, match_by_shape
+
+@dataclasses.dataclass(frozen=True)
+class BoundaryValue:
+    """A value crossing a delegate boundary: its shape and the CPU-side q/dq parameters
+    (None for a float value)."""
+
+    name: str
+    shape: tuple
+    quant: Optional[QuantParams]
+
+
+@dataclasses.dataclass
+class Boundary:
+    inputs: list  # list[BoundaryValue], in first-use order
+    outputs: list  # list[BoundaryValue], in graph order
+
+
+def match_by_shape(values: list, shapes: list) -> list:
+    """values (BoundaryValue) reordered to match `shapes` (a TOSA graph's I/O); refuses when
+    two values share a shape, since then only names could tell them apart."""
+    by_shape: dict = {}
+    for v in values:
+        by_shape.setdefault(tuple(v.shape), []).append(v)
+    ordered = []
+    for shape in shapes:
+        candidates = by_shape.get(tuple(shape), [])
+        if len(candidates) != 1:
+            raise ValueError(f"{len(candidates)} boundary values of shape {shape}: ambiguous")
+        ordered.append(candidates[0])
+    return ordered
 
 
 def run_delegate(

@@ -17,7 +17,7 @@ choosing costs no extra lowering:
         elements * activation16
     a rescale between the int8 rest and int16 recurrent layers:  elements * rescale
 
-with constants per target fitted against Vela's per-layer table (precision_costs.json,
+with constants per target fitted against Vela's per-layer table (precision/costs.json,
 written by `benchmarks/precision_costs.py`). On Ethos-U55 a step
 streams R from flash, so its MACs hide behind the weight traffic and int16 is nearly free;
 on Ethos-U85 (weights in SRAM) the same MACs at half rate cost about 1.6x.
@@ -31,17 +31,14 @@ import json
 import math
 import operator
 import pathlib
-import re
 from typing import Optional
 
 import torch
-from torch.fx import Graph, Node
+from torch.fx import Node
 
-from . import layer_op
-from .decompose import LAYER_OPS, SEQUENCE_OPS
+from ..recurrent_ops import aten as aten_ops
 
-COSTS_FILE = pathlib.Path(__file__).with_name("precision_costs.json")
-DEFAULT_BUDGET = 0.03  # at most 3% more cycles than int8
+COSTS_FILE = pathlib.Path(__file__).with_name("costs.json")
 CANDIDATES = (  # (name, rest, recurrent layers), most accurate first
     ("int16", "int16", "int16"),
     ("int16_recurrent", "int8", "int16"),
@@ -119,12 +116,15 @@ class Choice:
     budget: float
     fallback: Optional[str] = None  # why the first choice gave way to int8
     refused: Optional[str] = None  # why the candidates with an int16 rest were not weighed
+    why: Optional[str] = None  # why auto did not weigh at all (plain int8)
 
     @property
     def int8_estimate(self) -> float:
         return self.estimates["int8"]
 
     def report(self) -> dict:
+        if self.why is not None:
+            return {"choice": self.name, "why": self.why}
         report = {
             "choice": self.name,
             "regions": {"recurrent layers": self.recurrent, "rest": self.rest},
@@ -161,33 +161,27 @@ def _shape(node) -> tuple:
     return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
 
 
-def _sequence_products(node: Node) -> list:
-    """aten.gru/lstm/rnn_*.input(input, hx, params, has_biases, layers, dropout, train,
-    bidirectional, batch_first): per layer and direction, a projection over all steps
-    and T products with R."""
-    x, _, params, has_biases, layers, _, _, bidirectional, batch_first = node.args[:9]
-    steps = _shape(x)[1 if batch_first else 0]
-    per = 4 if has_biases else 2
-    matrices = [
-        (_shape(params[k]), _shape(params[k + 1]))
-        for k in range(0, per * layers * (2 if bidirectional else 1), per)
-    ]
-    return _steps(steps, matrices)
-
-
-def _layer_products(node: Node) -> list:
-    """The layer op (x, initial_h, initial_c, sequence_lens, weights, description)."""
-    spec, weights = layer_op.read(node.args[5], node.args[4])
-    steps = _shape(node.args[0])[1 if spec.layout.batch_first else 0]
-    return _steps(steps, [(_shape(w.w), _shape(w.r)) for row in weights for w in row])
+def _recurrent_products(op: aten_ops.RecurrentOp) -> list:
+    """Per layer and direction of a recurrent op: a projection over all steps and T products
+    with R (and an LSTM's projection of h, with proj_size)."""
+    matrices = []
+    for row in op.weights:
+        for w in row:
+            matrices.append((w.w.shape, w.r.shape))
+            if w.proj is not None:
+                matrices.append((None, w.proj.shape))
+    return _steps(op.spec.seq_len or 1, matrices)
 
 
 def _steps(steps: int, matrices) -> list:
-    """A projection over all steps and one product with R a step, per (W, R) shapes."""
+    """A projection over all steps (W; none for an LSTM's projection of h) and one product a
+    step (R, or the projection), per (W, R) shapes."""
     products = []
     for w, r in matrices:
-        products.append(Product(steps * math.prod(w), math.prod(w)))
-        products += [Product(math.prod(r), math.prod(r), r[0], vector=True)] * steps
+        gates = r[0] if w is not None else 0  # an LSTM's projection has no gates after it
+        if w is not None:
+            products.append(Product(steps * math.prod(w), math.prod(w)))
+        products += [Product(math.prod(r), math.prod(r), gates, vector=True)] * steps
     return products
 
 
@@ -213,28 +207,29 @@ def _is_recurrent(node) -> bool:
     node = _root(node)
     if isinstance(node, Node) and node.target is operator.getitem:
         node = node.args[0]
-    return isinstance(node, Node) and (node.target in SEQUENCE_OPS or node.target in LAYER_OPS)
+    return isinstance(node, Node) and node.target in aten_ops.TARGET_OPS
 
 
-def features(graph: Graph) -> Features:
+def features(ep: torch.export.ExportedProgram) -> Features:
     """The cost model's view of an exported (float, aten) program."""
     f = Features()
-    for node in graph.nodes:
+    constant_of = aten_ops.program_constants(ep, ep.graph_signature.input_specs)
+    for node in ep.graph.nodes:
         if node.op != "call_function":
             continue
-        if node.target in SEQUENCE_OPS or node.target in LAYER_OPS:
-            read = _sequence_products if node.target in SEQUENCE_OPS else _layer_products
-            f.recurrent += read(node)
-            source = _root(node.args[0])
+        if node.target in aten_ops.TARGET_OPS:
+            op = aten_ops.read(node, constant_of)
+            f.recurrent += _recurrent_products(op)
+            source = _root(op.x)
             if isinstance(source, Node) and source.op == "call_function":
-                f.boundary_elems += _numel(node.args[0])
+                f.boundary_elems += _numel(op.x)
         elif node.target in _PRODUCTS:
             f.rest.append(_product(node))
             if _is_recurrent(node.args[0]):
                 f.boundary_elems += _numel(node.args[0])
         elif node.target in _ACTIVATIONS:
             f.activation_elems += _numel(node)
-        if node.target not in SEQUENCE_OPS and node.target not in LAYER_OPS:
+        if node.target not in aten_ops.TARGET_OPS:
             f.rest_ops[node.target] += 1
     return f
 
@@ -267,9 +262,7 @@ def estimate(f: Features, rest: str, recurrent: str, costs: dict) -> float:
     return cycles
 
 
-def choose(
-    f: Features, costs: dict, budget: float = DEFAULT_BUDGET, refused: Optional[str] = None
-) -> Choice:
+def choose(f: Features, costs: dict, budget: float, refused: Optional[str] = None) -> Choice:
     """The most accurate candidate within `budget` of all-int8's estimated cycles; none with
     an int16 rest when `refused` says why the target cannot take one."""
     estimates = {name: estimate(f, rest, rec, costs) for name, rest, rec in CANDIDATES}
@@ -280,50 +273,6 @@ def choose(
         if estimates[name] <= limit:
             return Choice(name, rest, rec, estimates, budget, refused=refused)
     raise AssertionError("int8 is always within its own budget")
-
-
-# The cost model's int8 estimate was up to 25% off Vela on the fitted targets (ethos-u85-256
-# gru_a: 36,603 estimated, 49,094 measured); beyond that the choice was a misprediction.
-MODEL_SLACK = 1.25
-
-
-def overran(choice: Choice, measured_cycles: int) -> bool:
-    """Whether a lowered int16 choice measured more than the budget allows over int8, by a
-    margin the model's error does not explain (ethos-u85-256 stream_gru: int16 chosen at
-    3,561 estimated cycles, 13,650 measured)."""
-    limit = choice.int8_estimate * (1 + choice.budget) * MODEL_SLACK
-    return choice.name != "int8" and measured_cycles > limit
-
-
-def fell_back(choice: Choice, why: str) -> Choice:
-    """`choice` replaced by int8 after its lowering failed or overran, saying why."""
-    return dataclasses.replace(choice, name="int8", rest="int8", recurrent="int8", fallback=why)
-
-
-def over_budget(choice: Choice, measured_cycles: Optional[int]) -> Optional[Choice]:
-    """`choice` replaced by int8 if Vela's `measured_cycles` overran it (`overran`), saying
-    so; None if it holds or nothing was measured."""
-    if measured_cycles is None or not overran(choice, measured_cycles):
-        return None
-    return fell_back(choice, f"{choice.name} measured {measured_cycles:,} cycles, over the budget")
-
-
-def did_not_lower(choice: Choice, error: BaseException) -> Choice:
-    """`choice` replaced by int8 after its lowering raised `error`, the reason in one line:
-    ExecuTorch's pass failures list every pass run before the failing one (dropped) and
-    carry the cause in `__cause__` (kept)."""
-
-    def line(e: BaseException) -> str:
-        text = str(e).strip()
-        text = text.splitlines()[0] if text else type(e).__name__
-        return re.sub(r" after the following passes: \[.*?\]", "", text)
-
-    why = line(error)
-    if error.__cause__ is not None:
-        why += f" ({line(error.__cause__)})"
-    if len(why) > 300:
-        why = why[:297] + "..."
-    return fell_back(choice, f"{choice.name} did not lower: {why}")
 
 
 def fixed_reason(target: str, recurrent_weight_bits: int, keep_recurrent_on_cpu: bool):
@@ -337,16 +286,8 @@ def fixed_reason(target: str, recurrent_weight_bits: int, keep_recurrent_on_cpu:
     return None
 
 
-def exported_graph(module: torch.nn.Module, example_inputs) -> Graph:
-    """The float program as the cost model reads it (aten ops, shapes in meta["val"])."""
-    return torch.export.export(module, tuple(example_inputs)).graph_module.graph
-
-
-def choose_for(
-    module: torch.nn.Module, example_inputs, target: str, budget: Optional[float] = None
-) -> Choice:
+def choose_for(module: torch.nn.Module, example_inputs, target: str, budget: float) -> Choice:
     """Export `module` (float) and choose its precision per region for `target`."""
     costs = load_costs(target)
-    f = features(exported_graph(module, example_inputs))
-    budget = DEFAULT_BUDGET if budget is None else budget
+    f = features(torch.export.export(module, tuple(example_inputs)))
     return choose(f, costs, budget, refused(f, target))

@@ -11,7 +11,7 @@ model's precision.
 
 The narrowing is a PT2E annotation: the loop form's step (whose only weights are the per-step
 ones) gets a config with the narrow weight spec; in the unrolled form each linear whose
-weight FxBuilder marked (fx_builder.PER_STEP_WEIGHT) gets the narrow spec for that input.
+weight FxBuilder tagged as read every step (emission.origin) gets the narrow spec for that input.
 """
 
 from __future__ import annotations
@@ -21,21 +21,14 @@ import dataclasses
 import torch
 from torch.fx import Graph
 
-from .fx_builder import PER_STEP_WEIGHT
+from ..emission.origin import is_per_step_weight
 
-BITS = (4, 5, 6, 7, 8)
 _Q_KEY = "quantization_annotation"
-
-
-def check_bits(bits: int) -> int:
-    if bits not in BITS:
-        raise ValueError(f"recurrent weight bits must be one of {BITS}, got {bits!r}")
-    return bits
 
 
 def narrow(config, bits: int):
     """`config` (an Arm QuantizationConfig) with its weights in [-(2^(bits-1) - 1), ...]."""
-    q = 2 ** (check_bits(bits) - 1) - 1
+    q = 2 ** (bits - 1) - 1
     weight = dataclasses.replace(config.weight, quant_min=-q, quant_max=q)
     return dataclasses.replace(config, weight=weight)
 
@@ -48,7 +41,7 @@ def narrow_per_step_weights(graph: Graph, config, bits: int) -> int:
     for node in graph.find_nodes(op="call_function", target=torch.ops.aten.linear.default):
         weight = node.args[1]
         annotation = node.meta.get(_Q_KEY)
-        if annotation is None or not weight.meta.get(PER_STEP_WEIGHT):
+        if annotation is None or not is_per_step_weight(weight):
             continue
         annotation.input_qspec_map[weight] = spec
         count += 1

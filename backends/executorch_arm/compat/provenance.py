@@ -10,7 +10,7 @@ dropping before every pass, 260 s never copying (each pass timed; another
 lowering ran beside the first).
 
 Nothing on our path reads the records (ExecuTorch's Arm debug dump does; we do not ask for
-it). `install` registers, through ExecuTorch's pass-insertion hook, a pass that drops them
+it). `insertions` gives, for ExecuTorch's pass-insertion hook, a pass that drops them
 before each of a dozen passes spread through the backend pipeline.
 """
 
@@ -54,14 +54,7 @@ class DropProvenancePass(ArmPass):
         return PassResult(graph_module, False)
 
 
-_installed = False
-
-
-def install() -> None:
-    """Register the drop before each anchor, once per process."""
-    global _installed
-    if _installed:
-        return
-    for anchor in ANCHORS:
-        apm.register_pass_insertions_before(anchor, [DropProvenancePass()])
-    _installed = True
+def insertions() -> list:
+    """(anchor, [the drop]) for each anchor."""
+    drop = DropProvenancePass()
+    return [(anchor, [drop]) for anchor in ANCHORS]

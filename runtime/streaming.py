@@ -18,10 +18,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from recurrent_lowering.runtime import tosa_reference
-from recurrent_lowering.runtime.metrics import sqnr_db
-
-from .flow import FlowError, LoweringResult
+from . import tosa_reference
+from .arm_numerics import NumericsError
+from .metrics import sqnr_db
 
 
 @dataclasses.dataclass
@@ -54,7 +53,7 @@ def fp32_states(module: torch.nn.Module, xs: Sequence[torch.Tensor], h0: torch.T
 
 
 def run_closed_loop(
-    result: LoweringResult,
+    result,
     module: torch.nn.Module,
     xs: Sequence[torch.Tensor],
     h0: torch.Tensor,
@@ -62,9 +61,10 @@ def run_closed_loop(
     state_output: int = 1,
 ) -> ClosedLoop:
     """Run `result`'s delegate over the frames `xs`, feeding program output `state_output`
-    back into program input `state_input`, against the eager fp32 module in the same loop."""
+    back into program input `state_input` (`result`: a flow.LoweringResult), against the
+    eager fp32 module in the same loop."""
     if result.num_delegates != 1 or result.input_map is None or len(result.tosa_files) != 1:
-        raise FlowError("closed loop needs a single delegate fed by the program inputs")
+        raise NumericsError("closed loop needs a single delegate fed by the program inputs")
     tosa = result.tosa_files[0]
     in_slot = result.input_map.index(state_input)
     state_in_q = result.input_quant[in_slot]

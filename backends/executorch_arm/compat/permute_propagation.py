@@ -16,7 +16,6 @@ program is the same (tests/executorch_arm/test_permute_propagation.py).
 from __future__ import annotations
 
 import torch
-from executorch.backends.arm._passes import arm_pass_manager as apm
 from executorch.backends.arm._passes.arm_pass_manager import (
     PropagateViewCopyPermuteDownPass,
     PropagateViewCopyPermuteUpPass,
@@ -24,15 +23,16 @@ from executorch.backends.arm._passes.arm_pass_manager import (
 from executorch.backends.transforms.propagate_view_copy_permute_pass import (
     PropagateViewCopyPermutePass,
 )
-from executorch.exir.dialects._ops import ops as exir_ops
 from torch._dispatch.python import enable_python_dispatcher
 from torch._guards import detect_fake_mode
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_aggregate, map_arg
 from torch.fx.passes.infra.pass_base import PassResult
 
+from .edge_ops import edge
+
 # ArmPass.call_operator keeps the old value of these when quantized (no fake kernel)
-_NO_QUANTIZED_FAKE = {exir_ops.edge.aten.bmm.default, exir_ops.edge.aten.leaky_relu.default}
+_NO_QUANTIZED_FAKE = {edge.aten.bmm.default, edge.aten.leaky_relu.default}
 
 
 def _signature(node: Node):
@@ -109,17 +109,10 @@ class InPlaceUpPass(_InPlaceRounds, PropagateViewCopyPermuteUpPass):
     pass
 
 
-_installed = False
-
-
-def install() -> None:
-    """Register each before ExecuTorch's own, once per process. They take the program they
-    run on from the pass manager (its `exported_program` attribute is set for each call)."""
-    global _installed
-    if _installed:
-        return
-    apm.register_pass_insertions_before(
-        PropagateViewCopyPermuteDownPass, [InPlaceDownPass(None, None)]
-    )
-    apm.register_pass_insertions_before(PropagateViewCopyPermuteUpPass, [InPlaceUpPass(None, None)])
-    _installed = True
+def insertions() -> list:
+    """Each before ExecuTorch's own. They take the program they run on from the pass
+    manager (its `exported_program` attribute is set for each call)."""
+    return [
+        (PropagateViewCopyPermuteDownPass, [InPlaceDownPass(None, None)]),
+        (PropagateViewCopyPermuteUpPass, [InPlaceUpPass(None, None)]),
+    ]

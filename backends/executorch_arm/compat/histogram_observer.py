@@ -1,4 +1,5 @@
-"""torchao's HistogramObserver, with its min/max search done on Python floats: same qparams.
+"""torchao's HistogramObserver, with its min/max search done on Python floats: same qparams;
+and qparams that can be pinned.
 
 The Arm quantizer observes activations with HistogramObserver, whose `calculate_qparams`
 searches the histogram for the range of least L2 error. The search walks the quantile
@@ -21,6 +22,18 @@ from torchao.quantization.pt2e import observer
 
 
 class HistogramObserver(observer.HistogramObserver):
+    _pinned = None  # (scale, zero_point) tensors that calculate_qparams returns, if pinned
+
+    def pin(self, scale: float, zero_point: int) -> None:
+        """Report these qparams whatever was observed (a loop step's input takes the
+        program's scale at the loop's boundary)."""
+        self._pinned = (torch.tensor([scale]), torch.tensor([zero_point]))
+
+    def calculate_qparams(self):
+        if self._pinned is not None:
+            return self._pinned
+        return super().calculate_qparams()
+
     def _non_linear_param_search(self) -> tuple[torch.Tensor, torch.Tensor]:
         """torchao's search (NormMinimization's non-linear search), the same steps."""
         assert self.histogram.size()[0] == self.bins, "bins mismatch"

@@ -23,12 +23,13 @@ import torch
 from executorch.backends.arm._passes import arm_pass_manager as apm
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.backends.arm._passes.insert_table_ops import TableOps
-from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassResult
 
-_CLAMP = exir_ops.edge.aten.clamp.default
+from .edge_ops import edge
+
+_CLAMP = edge.aten.clamp.default
 
 
 def _qargs(node: Node, key: str):
@@ -101,15 +102,6 @@ class FoldClampIntoTablePass(ArmPass):
         return PassResult(graph_module, modified)
 
 
-_installed = False
-
-
-def install() -> None:
-    """Register the fold before ExecuTorch's InsertTableOpsPass, once per process."""
-    global _installed
-    if _installed:
-        return
-    apm.register_pass_insertions_before(
-        apm.InsertTableOpsPass, [DropIdentityClampPass(), FoldClampIntoTablePass()]
-    )
-    _installed = True
+def insertions() -> list:
+    """The fold and the identity drop, before ExecuTorch's InsertTableOpsPass."""
+    return [(apm.InsertTableOpsPass, [DropIdentityClampPass(), FoldClampIntoTablePass()])]

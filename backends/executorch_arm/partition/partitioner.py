@@ -1,0 +1,99 @@
+"""ExecuTorch's Arm partitioners with our recurrent decomposition plugged in.
+
+  Recurrent{TOSA,EthosU}Partitioner.transform_for_pre_decomposition
+      (the hook `to_edge_transform_and_lower` calls before the core-ATen decompositions)
+      decomposes recurrent ops with our core first, so torch's own GRU/LSTM decomposition
+      never runs (FP flows, or any program that still holds a recurrent op).
+
+With `plan.keep_recurrent_on_cpu` the partitioner rejects every node of a recurrent layer
+(cpu_reasons.KeepRecurrentOnCpu) and lets `to_edge` decompose the layer's `aten.linear`s
+into portable ops (ops_to_not_decompose would otherwise keep them whole for the delegate),
+so the layer runs in ExecuTorch's portable CPU runtime. After partitioning, `cpu_reasons`
+counts why each node left outside a delegate is there. Subclasses of ExecuTorch's public
+partitioner classes; nothing in ExecuTorch is changed.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
+from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
+from torch.export import ExportedProgram
+
+from recurrent_lowering.passes.spec import SpecError
+
+from ..emission.decompose import decompose_recurrent
+from ..emission.origin import layer_of
+from ..loop import op as loop_op
+from ..plan import ArmPlan
+from . import cpu_reasons
+
+
+class _Hook:
+    plan: ArmPlan
+
+    def __init__(self, compile_spec, plan: ArmPlan):
+        checks = [cpu_reasons.KeepRecurrentOnCpu()] if plan.keep_recurrent_on_cpu else None
+        super().__init__(compile_spec, checks)
+        self.plan = plan
+        self.cpu_reasons = collections.Counter()  # after partition()
+        self.boundaries = None  # tag -> cpu_reasons.Boundary after partition()
+        self.recurrent_on_cpu = collections.Counter()  # layer -> ops not delegated
+
+    def transform_for_pre_decomposition(self, exported_program: ExportedProgram):
+        plan = self.plan
+        ep = decompose_recurrent(exported_program, plan.core(), plan.products)
+        return super().transform_for_pre_decomposition(ep)
+
+    def ops_to_not_decompose(self, ep):
+        ops, keep_whole = super().ops_to_not_decompose(ep)
+        if not self.plan.keep_recurrent_on_cpu or keep_whole is None:
+            return ops, keep_whole
+
+        def filter_fn(node):  # a CPU node kept whole would have no portable kernel
+            return layer_of(node) is None and keep_whole(node)
+
+        return ops, filter_fn
+
+    def partition(self, exported_program: ExportedProgram):
+        result = super().partition(exported_program)
+        graph = result.tagged_exported_program.graph
+        keep = self.plan.keep_recurrent_on_cpu
+        self.cpu_reasons = cpu_reasons.cpu_reasons(graph, keep, str(self.tosa_spec))
+        self.boundaries = cpu_reasons.delegate_boundaries(graph)
+        if not keep:
+            self.recurrent_on_cpu = cpu_reasons.recurrent_on_cpu(graph)
+        _check_loops_delegated(graph)
+        return result
+
+
+def _check_loops_delegated(graph) -> None:
+    """A loop node left outside a delegate would reach the CPU runtime, which has no kernel
+    for it: refuse here, naming the layer, rather than write a .pte that cannot run."""
+    for node in graph.find_nodes(op="call_function", target=loop_op.OP):
+        if "delegation_tag" not in node.meta:
+            raise SpecError(
+                layer_of(node) or node.name,
+                "emission",
+                "the loop form of this recurrent layer was not delegated (an op of its step is "
+                "not supported on this target); lower it with the unrolled emission",
+            )
+
+
+class RecurrentTOSAPartitioner(_Hook, TOSAPartitioner):
+    """TOSAPartitioner that decomposes GRU/LSTM/RNN with recurrent_lowering before to_edge."""
+
+
+class RecurrentEthosUPartitioner(_Hook, EthosUPartitioner):
+    """EthosUPartitioner that decomposes GRU/LSTM/RNN with recurrent_lowering before to_edge."""
+
+
+def create(compile_spec, plan: ArmPlan):
+    """Our Arm partitioner for `plan`."""
+    if isinstance(compile_spec, TosaCompileSpec):
+        return RecurrentTOSAPartitioner(compile_spec, plan)
+    if isinstance(compile_spec, EthosUCompileSpec):
+        return RecurrentEthosUPartitioner(compile_spec, plan)
+    raise ValueError(f"no recurrent-lowering partitioner for {type(compile_spec).__name__}")

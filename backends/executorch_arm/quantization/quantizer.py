@@ -1,0 +1,135 @@
+"""ExecuTorch's Arm quantizers with our recurrent decomposition and quantization policies.
+
+The quantization of a plan, in the order it runs:
+
+  transform_for_annotation
+    1. recurrent ops become the core's elementary ops (emission.decompose, the plan's core
+       plan and recurrent product; nodes the Arm quantizer leaves in float keep their op),
+       so ExecuTorch's annotators see ops they know and its DecomposeGru/Lstm/RnnPass find
+       nothing to do;
+  annotate
+    2. ExecuTorch's annotation: the plan's activations globally, the recurrent layers'
+       precision on their modules (set_module_type), none with keep_recurrent_on_cpu;
+    3. weights every step reads narrowed to recurrent_weight_bits (weights.py);
+    4. loop nodes annotated, their steps given their config (loop.quantization);
+    5. an int16 clip quantized to its own range (clip.py);
+    6. int16 recurrent layers in an int8 rest: moves after a layer keep its int16
+       (regions.py);
+    7. recurrent layers kept on the CPU: no annotation inside them (float);
+    8. a streaming model's final states in their initial states' groups (states.py; the
+       pairs found in step 1, before the ops are decomposed).
+
+Subclasses of ExecuTorch's public quantizer classes; nothing in ExecuTorch is changed.
+"""
+
+from __future__ import annotations
+
+from executorch.backends.arm.constants import DISALLOW_TFA_META_KEY
+from executorch.backends.arm.ethosu import EthosUCompileSpec
+from executorch.backends.arm.quantizer import EthosUQuantizer, TOSAQuantizer
+from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
+from torch.fx import GraphModule
+
+from ..emission.decompose import decompose_graph_module
+from ..emission.origin import layer_of
+from ..loop.quantization import annotate_loops
+from ..plan import ArmPlan, quantization_config
+from ..recurrent_ops.aten import MODULE_TYPES
+from . import clip, regions, states, weights
+
+_Q_KEY = "quantization_annotation"
+
+
+class _Policies:
+    plan: ArmPlan
+    narrowed = 0  # after annotate: unrolled products and loop-form steps narrowed
+    state_pairs: list = []  # (initial state input, final state output index), found in TFA
+
+    def transform_for_annotation(self, model: GraphModule) -> GraphModule:
+        plan = self.plan
+        share = plan.share_state and not plan.keep_recurrent_on_cpu
+        self.state_pairs = states.state_pairs(model.graph) if share else []  # ops still whole
+        self.decompose(model)
+        return super().transform_for_annotation(model)
+
+    def decompose(self, model: GraphModule) -> bool:
+        """Step 1: recurrent ops into the core's elementary ops, but for nodes the Arm
+        quantizer leaves in float; True if any."""
+        return decompose_graph_module(
+            model,
+            self.plan.core(),
+            allowed=lambda n: not n.meta.get(DISALLOW_TFA_META_KEY, False),
+            products=self.plan.products,
+        )
+
+    def annotate(self, model: GraphModule) -> GraphModule:
+        model = super().annotate(model)
+        plan, graph = self.plan, model.graph
+        config = self.global_config
+        if plan.recurrent_activations is not None and config is not None:
+            config = quantization_config(plan.recurrent_activations)  # (set_module_type's)
+        step_config = quantization_config("int16") if plan.state_bits == 16 else None
+        bits = plan.recurrent_weight_bits
+        narrow = bits < 8 and config is not None
+        unrolled = 0
+        if narrow:
+            unrolled = weights.narrow_per_step_weights(graph, config, bits)
+            step_config = weights.narrow(step_config or config, bits)
+        loops = annotate_loops(graph, config, step_config)
+        clip.clip_by_range(graph)
+        if plan.recurrent_activations not in (None, plan.activations) and config is not None:
+            regions.fold_boundaries(graph)
+        if narrow:  # every loop's step holds only per-step weights
+            self.narrowed = unrolled + loops
+        if plan.keep_recurrent_on_cpu:
+            _float_recurrent_layers(graph)
+        states.share_states(graph, self.state_pairs)
+        return model
+
+
+def _float_recurrent_layers(graph) -> None:
+    """Drop every annotation that would quantize a value inside a float recurrent layer: its
+    own nodes (shape ops the shared-qspec pass reached), program inputs read only by it (x,
+    h0) and program outputs it produces (h_n). The edges into delegated consumers keep theirs:
+    that is the quantize at the delegate boundary."""
+    for node in graph.nodes:
+        if node.op == "call_function" and layer_of(node) is not None:
+            node.meta.pop(_Q_KEY, None)
+        elif node.op == "placeholder" and node.users:
+            if all(layer_of(u) is not None for u in node.users):
+                node.meta.pop(_Q_KEY, None)
+        elif node.op == "output" and _Q_KEY in node.meta:
+            inputs = node.meta[_Q_KEY].input_qspec_map
+            for producer in list(inputs):
+                if layer_of(producer) is not None:
+                    del inputs[producer]
+
+
+class RecurrentTOSAQuantizer(_Policies, TOSAQuantizer):
+    """TOSAQuantizer that decomposes GRU/LSTM/RNN with recurrent_lowering first."""
+
+
+class RecurrentEthosUQuantizer(_Policies, EthosUQuantizer):
+    """EthosUQuantizer that decomposes GRU/LSTM/RNN with recurrent_lowering first."""
+
+
+def create(compile_spec, plan: ArmPlan):
+    """Our Arm quantizer for `plan`, its global config set."""
+    if isinstance(compile_spec, TosaCompileSpec):
+        quantizer = RecurrentTOSAQuantizer(compile_spec)
+    elif isinstance(compile_spec, EthosUCompileSpec):
+        quantizer = RecurrentEthosUQuantizer(compile_spec)
+    else:
+        raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
+    quantizer.plan = plan
+    quantizer.set_global(quantization_config(plan.activations))
+    recurrent = plan.recurrent_activations
+    if plan.keep_recurrent_on_cpu:
+        recurrent_config = None  # float, on the CPU
+    elif recurrent is not None:  # the recurrent layers' region in its own precision
+        recurrent_config = quantization_config(recurrent)
+    else:
+        return quantizer
+    for module_type in MODULE_TYPES:
+        quantizer.set_module_type(module_type, recurrent_config)
+    return quantizer
