@@ -159,7 +159,7 @@ def constant_values(source: TosaSource, name: str) -> np.ndarray:
             continue
         shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
         dtype = _DTYPE_NAMES.get(t.Type(), str(t.Type()))
-        if dtype == "INT48" or (dtype not in NUMPY_DTYPES and dtype != "INT4"):
+        if dtype not in NUMPY_DTYPES and dtype not in ("INT4", "INT48"):
             raise ValueError(f"tensor {name}: cannot read TOSA type {dtype}")
         return decode(t.DataAsNumpy(), dtype, int(np.prod(shape))).reshape(shape)
     raise KeyError(f"no tensor {name!r} in the TOSA graph")
