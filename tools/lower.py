@@ -33,7 +33,21 @@ flags.DEFINE_string("output", None, "output file (default: MODEL name + extensio
 flags.DEFINE_string("report", None, "write the JSON report here (a PNG plot goes beside it)")
 flags.DEFINE_string("tosa_output", None, "TOSA/Ethos-U targets: also write the .tosa here")
 flags.DEFINE_string("vela_summary", None, "Ethos-U targets: also write Vela's summary CSV here")
-flags.DEFINE_string("calibration", None, ".npz of input samples for quantization and numerics")
+flags.DEFINE_string(
+    "calibration",
+    None,
+    ".npz files (comma-separated) of input samples for quantization (and numerics, unless "
+    "--evaluation)",
+)
+flags.DEFINE_string(
+    "evaluation", None, ".npz files (comma-separated) of input samples for the numerics check"
+)
+flags.DEFINE_bool(
+    "stream",
+    True,
+    "a model whose inputs after the first come back as its outputs (states) is calibrated "
+    "and checked as a stream, each sample's states the previous sample's outputs",
+)
 flags.DEFINE_bool("keep_recurrent_on_cpu", False, "leave recurrent layers on the CPU")
 flags.DEFINE_enum("emission", "auto", ["auto", "unrolled", "loop"], "recurrent emission form")
 flags.DEFINE_enum(
@@ -91,6 +105,13 @@ def _path_or_none(arg: str | None):
     return model_source.resolve_path(arg) if arg else None
 
 
+def _paths_or_none(arg: str | None):
+    """Comma-separated paths, each resolved, or None."""
+    if not arg:
+        return None
+    return [model_source.resolve_path(p) for p in arg.split(",") if p]
+
+
 def _log_destination(output: pathlib.Path) -> pathlib.Path:
     if FLAGS.log:
         return model_source.resolve_path(FLAGS.log)
@@ -108,7 +129,9 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
         emission=FLAGS.emission,
         quantization=FLAGS.quantization,
         cycle_budget=FLAGS.cycle_budget,
-        calibration=_path_or_none(FLAGS.calibration),
+        calibration=_paths_or_none(FLAGS.calibration),
+        evaluation=_paths_or_none(FLAGS.evaluation),
+        stream=FLAGS.stream,
         keep_recurrent_on_cpu=FLAGS.keep_recurrent_on_cpu,
         activation_defaults={"spec": "onnx"}.get(  # the reader's name for the ONNX spec's
             FLAGS.onnx_activation_defaults, FLAGS.onnx_activation_defaults

@@ -71,7 +71,9 @@ def test_calibration_npz_by_input_name(tmp_path):
     np.savez(tmp_path / "calib.npz", X=models.sample_input(model))
     report = _lower(tmp_path, model, "ethos-u55-128", "--calibration=calib.npz")
     _check_ethos_u(tmp_path, report, 36.0)
-    assert not any("calibrat" in w for w in report["warnings"])
+    assert not any("random" in w for w in report["warnings"])
+    # one sample: quantization and the check share it, which the report says
+    assert any("flatters" in w for w in report["warnings"])
 
 
 def test_onnx_gru_to_tosa_fp_matches_onnxruntime(tmp_path):

@@ -175,7 +175,9 @@ def test_layer_op_decomposes_to_what_onnxruntime_computes(cfg, emission):
     """The exported layer op, decomposed by the Arm adapter in either form (the loop form
     run through its step programs), against onnxruntime on the ONNX node."""
     from recurrent_lowering.backends.executorch_arm.emission import decompose
+    from recurrent_lowering.backends.executorch_arm.exported import as_module
     from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
+    from recurrent_lowering.backends.executorch_arm.recurrent_ops import aten
 
     feeds = None
     if cfg.sequence_lens == "constant_short":
@@ -196,9 +198,9 @@ def test_layer_op_decomposes_to_what_onnxruntime_computes(cfg, emission):
         emission = "auto"
     program = decompose.decompose_recurrent(exported, emission)
     targets = {n.target for n in program.graph.nodes if n.op == "call_function"}
-    assert not targets & decompose.TARGET_OPS
+    assert not targets & aten.TARGET_OPS
     assert (loop_op.OP in targets) == (emission == "loop")  # 2 to 4 steps: "auto" unrolls
-    got = loop_op.run_graph(decompose.as_module(program), *example, record=False)
+    got = loop_op.run_graph(as_module(program), *example, record=False)
     got = list(got) if isinstance(got, (list, tuple)) else [got]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)

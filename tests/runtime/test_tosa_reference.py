@@ -121,6 +121,7 @@ def _with_constant_output() -> bytes:
     block = graph.currRegion.currBasicBlock
     block.addTensor("x", [2, 4], ts.DType.FP32)
     block.addInput("x")
+
     def attribute(kind):
         attr = ts.TosaSerializerAttribute()
         getattr(attr, kind)()

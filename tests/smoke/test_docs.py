@@ -12,7 +12,9 @@ _OUTSIDE = re.compile(
     re.I,
 )
 _LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-_NAMED = re.compile(r"\b((?:docs|benchmarks|examples|tools)/[\w./-]+\.(?:md|py|jsonl|json|png))\b")
+_NAMED = re.compile(
+    r"(?<![\w/.-])((?:docs|benchmarks|examples|tools)/[\w./-]+\.(?:md|py|jsonl|json|png))\b"
+)
 
 
 def _ours(*patterns: str) -> list[str]:

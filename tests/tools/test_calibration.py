@@ -1,5 +1,7 @@
 """--calibration arrays reach the model inputs they name: by input name when the .npz names
-every input (in any order), else in the file's order; and they must fit the inputs."""
+every input (in any order), else in the file's order; and they must fit the inputs. Several
+samples come from a leading sample axis or several files; some are held out to measure on;
+a stream's states are paired with its outputs."""
 
 from __future__ import annotations
 
@@ -31,9 +33,9 @@ def stream_pt2(tmp_path):
 
 
 def _first_values(source, npz):
-    options = targets.Options(calibration=npz)
-    example, _ = npu._inputs(source, options, report.empty("TOSA-1.0+INT", "m"))
-    return [float(t.flatten()[0]) for t in example]
+    options = targets.Options(calibration=[npz])
+    samples, _ = npu._inputs(source, options, report.empty("TOSA-1.0+INT", "m"))
+    return [float(t.flatten()[0]) for t in samples[0]]
 
 
 def test_arrays_are_matched_by_input_name(stream_pt2, tmp_path):
@@ -76,3 +78,51 @@ def test_torch_input_specs_read_the_programs_ranges():
     )
     ((name, shape, dtype),) = calibration.torch_input_specs(source)
     assert shape == ((2, 8), 4) and dtype == torch.float32
+
+
+SPECS = [("x", (1, 4)), ("h", (1, 2))]
+
+
+def test_a_leading_axis_holds_samples_and_files_add_up(tmp_path):
+    np.savez(tmp_path / "a.npz", x=np.arange(12.0).reshape(3, 1, 4), h=np.zeros((1, 2)))
+    np.savez(tmp_path / "b.npz", x=np.ones((1, 4)), h=np.ones((1, 2)))
+    samples = calibration.load_samples(f"{tmp_path / 'a.npz'},{tmp_path / 'b.npz'}", SPECS)
+    assert len(samples) == 4
+    assert [float(s[0][0, 0]) for s in samples] == [0.0, 4.0, 8.0, 1.0]
+    assert all(s[1].shape == (1, 2) for s in samples)  # h given once: the same in a file
+
+
+def test_samples_must_agree(tmp_path):
+    np.savez(tmp_path / "a.npz", x=np.zeros((3, 1, 4)), h=np.zeros((2, 1, 2)))
+    with pytest.raises(LoweringError, match="different numbers of samples"):
+        calibration.load_samples([tmp_path / "a.npz"], SPECS)
+    specs = [("x", (1, None))]
+    np.savez(tmp_path / "b.npz", x=np.zeros((1, 4)))
+    np.savez(tmp_path / "c.npz", x=np.zeros((1, 5)))
+    with pytest.raises(LoweringError, match="every sample takes the same shapes"):
+        calibration.load_samples([tmp_path / "b.npz", tmp_path / "c.npz"], specs)
+
+
+def test_held_out_samples():
+    eight = list(range(8))
+    assert calibration.held_out(eight, None) == (eight[:6], eight[6:], None)
+    assert calibration.held_out(eight, [9]) == (eight, [9], None)
+    calibrate, measure, warning = calibration.held_out([0], None)
+    assert calibrate == measure == [0] and "flatters" in warning
+
+
+def test_a_streams_states_pair_with_its_outputs():
+    from recurrent_lowering.tools.lowering import streams
+
+    x, h, c = np.zeros((1, 1, 5)), np.zeros((1, 1, 8)), np.zeros((1, 1, 8))
+    assert streams.pairs([x, h, c], [np.zeros((1, 1, 8))] * 3) == [(1, 1), (2, 2)]
+    assert streams.pairs([x, h], [np.zeros((1, 1, 8))]) == []  # no state output
+    assert streams.pairs([x, np.array(16000)], [x, x]) == []  # an integer input: no state
+    assert streams.pairs([x, h], [x, np.zeros((1, 2, 8))]) == []  # shapes differ
+
+    def step(inputs):  # a state that counts
+        return [inputs[0], inputs[1] + 1]
+
+    taken, produced = streams.fed_back(step, [[x, h]] * 3, [(1, 1)])
+    assert [float(t[1].max()) for t in taken] == [0.0, 1.0, 2.0]
+    assert float(produced[-1][1].max()) == 3.0

@@ -111,3 +111,22 @@ def test_dedicated_sram_reports_what_sits_in_dram(tmp_path):
     assert vela["memory_mode"] == "Dedicated_Sram"
     assert vela["dram_bytes"] > 0 and vela["flash_bytes"] == 0 and vela["sram_bytes"] > 0
     assert f"| DRAM | {vela['dram_bytes']:,} B |" in result.stdout
+
+
+def test_a_stream_is_calibrated_and_checked_as_one(tmp_path):
+    """stream_gru with twelve frames of --calibration: its state (input 1, output 1) comes
+    back as in a stream, a quarter of the frames is held out to measure on, and the closed
+    loop the check runs (the program fed its own state) stays close to fp32's."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    frames = rng.standard_normal((12, 1, 1, 64)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", frames, np.zeros((1, 1, 128), np.float32))
+    result, report = _lower_u55(tmp_path, "stream_gru", "--calibration=c.npz")
+    numerics = report["numerics"]
+    assert numerics["stream"] == [["input 1", "output 1"]]
+    assert numerics["samples"] == {"calibration": 9, "evaluation": 3}
+    assert numerics["outputs"] == ["output 0", "output 1"]
+    assert min(numerics["sqnr_db_per_output"]) > 30
+    assert "9 samples calibrating, 3 checked, streamed" in result.stdout
+    assert not any("flatters" in w for w in report["warnings"])

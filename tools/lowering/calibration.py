@@ -1,8 +1,14 @@
-"""--calibration arrays, read and checked against the model's inputs before anything is
-lowered: a wrong count or shape would otherwise surface as a traceback deep in export or
-conversion, or worse, lower a model for the calibration's shape instead of the model's.
-Every target uses them: NPU targets to quantize and check numerics, aten and onnx to check
-numerics on the user's data instead of random inputs."""
+"""--calibration and --evaluation samples, read and checked against the model's inputs before
+anything is lowered: a wrong count or shape would otherwise surface as a traceback deep in
+export or conversion, or worse, lower a model for the calibration's shape instead of the
+model's. Every target uses them: NPU targets to quantize and check numerics, aten and onnx
+to check numerics on the user's data instead of random inputs.
+
+A flag names one or more .npz files (comma-separated). In each, an array is one model
+input, by name (or in the .npz's order); an array with one axis more than the input holds
+one sample per entry of its first axis, and an array without it is the same in every
+sample of its file. Every sample has the same shapes: an NPU program is static.
+`held_out` splits what quantization calibrates on from what the numerics check measures."""
 
 from __future__ import annotations
 
@@ -30,11 +36,79 @@ def load(path, names: Sequence[str] | None = None) -> list | None:
 
 
 def load_checked(path, specs: Sequence[tuple]) -> list | None:
-    """`load` for a model whose inputs are `specs`, then `check`ed against them."""
-    arrays = load(path, [spec[0] for spec in specs])
-    if arrays is not None:
-        check(path, arrays, [spec[:2] for spec in specs])
-    return arrays
+    """The first sample of `load_samples` (one array per model input), or None."""
+    samples = load_samples(path, specs)
+    return None if samples is None else samples[0]
+
+
+def _paths(paths) -> list:
+    if paths is None:
+        return []
+    if isinstance(paths, (list, tuple)):
+        return list(paths)
+    return [p for p in str(paths).split(",") if p]
+
+
+def load_samples(paths, specs: Sequence[tuple]) -> list[list] | None:
+    """The samples of the .npz files `paths` (a list, or one comma-separated string), each a
+    list of one array per model input (`specs`: (name, shape, ...) per input), checked;
+    None without files."""
+    files = _paths(paths)
+    if not files:
+        return None
+    shape_specs = [spec[:2] for spec in specs]
+    samples: list = []
+    for path in files:
+        arrays = load(path, [spec[0] for spec in specs])
+        if len(arrays) != len(specs):
+            names = ", ".join(spec[0] for spec in specs)
+            raise LoweringError(
+                f"{path}: {len(arrays)} arrays for {len(specs)} model inputs ({names})"
+            )
+        counts = {
+            len(a)
+            for a, (_, shape) in zip(arrays, shape_specs)
+            if np.ndim(a) == len(shape) + 1 and len(shape) >= 0
+        }
+        if len(counts) > 1:
+            raise LoweringError(
+                f"{path}: arrays hold different numbers of samples ({sorted(counts)}) along "
+                "their first axis"
+            )
+        count = counts.pop() if counts else 1
+        for k in range(count):
+            sample = [
+                a[k] if np.ndim(a) == len(shape) + 1 else a
+                for a, (_, shape) in zip(arrays, shape_specs)
+            ]
+            check(path, sample, shape_specs)
+            samples.append(sample)
+    first = [np.shape(a) for a in samples[0]]
+    for k, sample in enumerate(samples[1:], 1):
+        if [np.shape(a) for a in sample] != first:
+            raise LoweringError(
+                f"{files[0]}: sample {k} has shapes {[list(np.shape(a)) for a in sample]}, "
+                f"sample 0 {[list(s) for s in first]}: an NPU program is static, every "
+                "sample takes the same shapes"
+            )
+    return samples
+
+
+def held_out(calibration: list, evaluation: list | None) -> tuple[list, list, str | None]:
+    """(samples to calibrate on, samples to measure on, the report's warning or None).
+    Without --evaluation the last quarter of several calibration samples (at least one) is
+    held out; a single sample serves both, which flatters the figures."""
+    if evaluation is not None:
+        return calibration, evaluation, None
+    if len(calibration) > 1:
+        held = max(1, len(calibration) // 4)
+        return calibration[:-held], calibration[-held:], None
+    return (
+        calibration,
+        calibration,
+        "numerics measured on the sample quantization was calibrated on, which flatters them "
+        "(pass --evaluation, or several --calibration samples to hold some out)",
+    )
 
 
 def _fits(d, g: int) -> bool:

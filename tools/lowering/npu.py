@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from . import calibration, console
+from . import calibration, console, streams
 from .errors import LoweringError
-from .numerics import sqnr_per_output
+from .numerics import compare, sqnr_per_output
 from .plot import plot_error_per_timestep
 
 
@@ -23,17 +23,32 @@ def _module(source):
     return source.eager if source.eager is not None else as_module(source.program)
 
 
-def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
-    """(example inputs, calibration samples). Calibration comes from --calibration, else
-    the model's own example inputs, else random inputs (with a warning in the report)."""
+def _inputs(source, options, report) -> tuple[list, list]:
+    """(calibration samples, evaluation samples), each a list of tuples of tensors. They
+    come from --calibration and --evaluation (calibration.held_out), else the model's own
+    example inputs, else random inputs (with a warning in the report)."""
     import torch
 
     specs = calibration.torch_input_specs(source)
-    arrays = calibration.load_checked(options.calibration, specs)
-    if arrays is not None:
+    calibrate = calibration.load_samples(options.calibration, specs)
+    measure = calibration.load_samples(options.evaluation, specs)
+    if calibrate is not None:
         report["numerics"]["inputs"] = "--calibration"
-        example = tuple(torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in arrays)
-        return example, [example]
+
+        def tensors(sample):
+            return tuple(
+                torch.from_numpy(np.asarray(a)).to(dtype) for a, (_, _, dtype) in zip(sample, specs)
+            )
+
+        calibrate, measure, warning = calibration.held_out(
+            [tensors(x) for x in calibrate],
+            None if measure is None else [tensors(x) for x in measure],
+        )
+        if warning:
+            report["warnings"].append(warning)
+        return calibrate, measure
+    if measure is not None:
+        raise LoweringError("--evaluation needs --calibration: samples to quantize on")
     quantized = report["target"] != "TOSA-1.0+FP"
     if source.example_inputs is not None:
         report["numerics"]["inputs"] = "example inputs"
@@ -44,7 +59,7 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
             report["warnings"].append(dynamic)
         if source.path is not None and quantized:  # a user model: its examples are all we have
             report["warnings"].append("quantization calibrated on the model's example inputs")
-        return example, [example]
+        return [example], [example]
     placeholders = [
         n.meta["val"]
         for n in source.program.graph.nodes
@@ -55,7 +70,7 @@ def _inputs(source, options, report) -> tuple[tuple, list[tuple]]:
     report["numerics"]["inputs"] = "random"
     if quantized:
         report["warnings"].append("no --calibration: quantization calibrated on random inputs")
-    return example, [example]
+    return [example], [example]
 
 
 def _refuse_float64(source) -> None:
@@ -161,7 +176,44 @@ def lower(source, options, staging, output, report, progress) -> None:
         _lower(source, options, staging, output, report, progress)
 
 
+def _outputs(out) -> list:
+    """A module's outputs, flat, as numpy arrays."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.detach().numpy()]
+    return [a for o in out for a in _outputs(o)]
+
+
+def _closed_loops(result, module, samples, state, reference=None):
+    """(fp32 outputs, TOSA reference model outputs, and `reference`'s when given), each a list
+    per output of the samples' values stacked: each run in its own closed loop when the model
+    is a stream (streams.py), else sample by sample."""
+    import torch
+
+    from recurrent_lowering.runtime import arm_numerics
+
+    def as_tensors(inputs):
+        return [torch.as_tensor(np.asarray(a)) for a in inputs]
+
+    def fp32(inputs):
+        with torch.no_grad():
+            return _outputs(module(*as_tensors(inputs)))
+
+    def npu(inputs):
+        return arm_numerics.run(result, as_tensors(inputs))
+
+    runs = [fp32, npu] + ([reference] if reference is not None else [])
+    stacked = []
+    for run in runs:
+        _, outs = streams.fed_back(run, samples, state)
+        stacked.append([np.stack([np.asarray(o[k]) for o in outs]) for k in range(len(outs[0]))])
+    return stacked
+
+
 def _lower(source, options, staging, output, report, progress) -> None:
+    import torch
+
     from recurrent_lowering.backends.executorch_arm import flow
     from recurrent_lowering.backends.executorch_arm.options import OptionError, check
     from recurrent_lowering.runtime import arm_numerics
@@ -176,32 +228,60 @@ def _lower(source, options, staging, output, report, progress) -> None:
 
         from . import onnx_route
 
-        arrays = calibration.load_checked(options.calibration, input_specs(source.program))
-        onnx = onnx_route.prepare(source, options, arrays, report, progress)
+        specs = input_specs(source.program)
+        onnx = onnx_route.prepare(
+            source,
+            options,
+            calibration.load_samples(options.calibration, specs),
+            calibration.load_samples(options.evaluation, specs),
+            report,
+            progress,
+        )
         if options.recurrent_weight_bits != 8 and not onnx.carried:
             raise LoweringError(  # rewritten nodes reach the Arm flow as plain MatMuls
                 "--recurrent_weight_bits: every recurrent node of this model is rewritten "
                 "into plain ops (report: recurrent_nodes.unrolled), whose recurrent weights "
                 "are not told apart"
             )
-        module, example = onnx.module, onnx.example
-        samples = [example]
+        module, calibrate, measure = onnx.module, onnx.calibration, onnx.evaluation
+        output_names = onnx.output_names
     elif source.kind == "torch":
         from recurrent_lowering.backends.executorch_arm.recurrent_ops import aten
 
         report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
         _refuse_float64(source)
         module = _module(source)
-        example, samples = _inputs(source, options, report)
+        calibrate, measure = _inputs(source, options, report)
         names = [spec[0] for spec in calibration.torch_input_specs(source)]
-        report["numerics"]["input_shapes"] = {n: list(t.shape) for n, t in zip(names, example)}
+        report["numerics"]["input_shapes"] = {n: list(t.shape) for n, t in zip(names, calibrate[0])}
+        output_names = _output_names(source)
     else:
         raise LoweringError(f"{source.path}: {report['target']} cannot take a {source.kind} model")
+    example = calibrate[0]
+    state = []
+    if options.stream:
+        with torch.no_grad():
+            state = streams.pairs([t.numpy() for t in example], _outputs(module(*example)))
+    if state:
+        input_names = list(report["numerics"]["input_shapes"])
+        report["numerics"]["stream"] = [
+            [input_names[i], output_names[j] if j < len(output_names) else f"output {j}"]
+            for i, j in state
+        ]
+        if len(calibrate) > 1:  # states from the fp32 stream, not each sample's own
+
+            def fp32(inputs):
+                with torch.no_grad():
+                    return _outputs(module(*(torch.as_tensor(np.asarray(a)) for a in inputs)))
+
+            taken, _ = streams.fed_back(fp32, calibrate, state)
+            calibrate = [tuple(torch.as_tensor(np.asarray(a)) for a in x) for x in taken]
+    report["numerics"]["samples"] = {"calibration": len(calibrate), "evaluation": len(measure)}
     work = tempfile.mkdtemp(prefix="lower-")
     try:
         try:
             result = flow.lower(
-                module, example, arm, work, calibration_inputs=samples, progress=progress
+                module, example, arm, work, calibration_inputs=calibrate, progress=progress
             )
         except arm_numerics.NumericsError as e:
             raise LoweringError(str(e)) from e
@@ -213,27 +293,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 f"{options.memory_mode or 'default memory mode'}): {e}"
             ) from e
         staging.path_for(output).write_bytes(result.pte)
-        choice = result.precision
-        if choice is not None and choice.fallback:
-            again = "; lowered again in int8" if "measured" in choice.fallback else "; int8"
-            report["warnings"].append(f"--quantization auto: {choice.fallback}{again}")
-        bits = options.recurrent_weight_bits
-        if bits != 8 and not result.narrowed:
-            report["warnings"].append(
-                f"--recurrent_weight_bits {bits}: the model has no recurrent weights to narrow"
-            )
-        if result.quantized:
-            report["quantization"].update(
-                activations=options.quantization,
-                recurrent_weight_bits=options.recurrent_weight_bits,
-            )
-            if choice is not None:
-                report["quantization"]["auto"] = _auto_report(result)
-        report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
-        if not result.edge_nodes:
-            report["warnings"].append(f"nothing was delegated to {report['target']}")
-        report["ops"]["tosa"] = result.tosa_ops
-        _report_cpu_reasons(options, result, report)
+        _report_lowering(options, result, report)
         if options.tosa_output is not None and result.tosa_files:
             shutil.copyfile(result.tosa_files[0], staging.path_for(options.tosa_output))
         if result.vela is not None:
@@ -243,33 +303,66 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
         with progress.stage("numerics on the TOSA reference model"):
             try:
-                numerics = arm_numerics.check(result, module, example)
+                runs = _closed_loops(
+                    result, module, measure, state, onnx.reference if onnx else None
+                )
             except arm_numerics.NumericsError as e:
                 report["warnings"].append(f"numerics not checked: {e}")
                 return
-        reference, tosa = numerics.reference, numerics.tosa
+        reference = runs[0]
+        tosa = [np.reshape(t, np.shape(r)) for t, r in zip(runs[1], reference)]
         where = "TOSA reference model"
         if result.program_module is not None:  # CPU ops around or between the delegates
             where = "delegates on the TOSA reference model, CPU ops in torch eager,"
-        report["numerics"].update(
-            reference=f"{where} vs fp32 torch eager",
-            max_abs_err=numerics.max_abs_err,
-            sqnr_db=numerics.sqnr_db,
-        )
+        vs_torch = compare(reference, tosa)
+        report["numerics"].update(reference=f"{where} vs fp32 torch eager", **vs_torch)
         if onnx is not None and onnx.reference is not None:
-            vs_ort = onnx_route.compare_with_reference(onnx, numerics.tosa)
-            reference, tosa = vs_ort.pop("reference_outputs"), vs_ort.pop("tosa_outputs")
+            reference = [np.reshape(r, np.shape(t)) for r, t in zip(runs[2], tosa)]
             report["numerics"].update(
                 reference=f"TOSA reference model vs {onnx.reference_name}",
-                vs_torch_module={"max_abs_err": numerics.max_abs_err, "sqnr_db": numerics.sqnr_db},
-                **vs_ort,
+                vs_torch_module=vs_torch,
+                **compare(reference, tosa),
             )
         if len(reference) > 1:
             report["numerics"]["sqnr_db_per_output"] = sqnr_per_output(reference, tosa)
-        png = plot_error_per_timestep(reference, tosa, report["model"])
+            report["numerics"]["outputs"] = output_names[: len(reference)]
+        png = plot_error_per_timestep(
+            [r[0] for r in reference], [t[0] for t in tosa], report["model"]
+        )
         if png is not None:
             plot_path = output.with_suffix(".error.png")
             staging.path_for(plot_path).write_bytes(png)
             report["numerics"]["plot"] = str(plot_path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _output_names(source) -> list:
+    """A torch model's outputs have no names: their positions."""
+    outputs = source.program.graph.output_node().args[0]
+    return [f"output {k}" for k in range(len(outputs))]
+
+
+def _report_lowering(options, result, report) -> None:
+    """What the lowering did: auto's choice, the narrowed weights, op counts, CPU reasons."""
+    choice = result.precision
+    if choice is not None and choice.fallback:
+        again = "; lowered again in int8" if "measured" in choice.fallback else "; int8"
+        report["warnings"].append(f"--quantization auto: {choice.fallback}{again}")
+    bits = options.recurrent_weight_bits
+    if bits != 8 and not result.narrowed:
+        report["warnings"].append(
+            f"--recurrent_weight_bits {bits}: the model has no recurrent weights to narrow"
+        )
+    if result.quantized:
+        report["quantization"].update(
+            activations=options.quantization,
+            recurrent_weight_bits=options.recurrent_weight_bits,
+        )
+        if choice is not None:
+            report["quantization"]["auto"] = _auto_report(result)
+    report["ops"].update(delegated=result.edge_nodes, cpu=result.cpu_nodes)
+    if not result.edge_nodes:
+        report["warnings"].append(f"nothing was delegated to {report['target']}")
+    report["ops"]["tosa"] = result.tosa_ops
+    _report_cpu_reasons(options, result, report)

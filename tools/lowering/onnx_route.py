@@ -24,33 +24,56 @@ from .errors import LoweringError, first_line
 class Prepared:
     module: Any  # torch.fx.GraphModule of the rewritten model
     carried: list  # names of the recurrent nodes that reach the Arm flow as recurrent layers
-    example: tuple  # torch tensors, in graph input order
-    reference: list | None  # onnxruntime on the input model, or None if it refused it
+    calibration: list  # samples: tuples of torch tensors, in the program's input order
+    evaluation: list  # samples the numerics check measures on, likewise
+    reference: Any  # inputs (program order) -> onnxruntime's outputs on the input model
     reference_name: str
+    output_names: list
 
 
-def _onnxruntime(model, feeds: dict) -> tuple[list | None, str]:
+def _onnxruntime(model, program_inputs: list) -> tuple[Any, str]:
+    """(a function of the program's inputs giving onnxruntime's outputs on the input model,
+    or None if it refuses the model; what the reference is)."""
     from recurrent_lowering.runtime.onnxruntime_session import session
 
     try:
-        return session(model).run(None, feeds), "onnxruntime on the input model (fp32)"
+        ort = session(model)
     except Exception as e:  # noqa: BLE001 - ORT refuses some valid models (layout=1 nodes)
         reason = first_line(e)
         return (
             None,
             f"torch module of the rewritten model (onnxruntime refused the input: {reason})",
         )
+    names = [i.name for i in ort.get_inputs()]
+    fixed: dict = {}
+
+    def run(inputs: list) -> list:
+        feeds = dict(zip(program_inputs, (np.asarray(a) for a in inputs)))
+        return ort.run(None, {n: feeds.get(n, fixed.get(n)) for n in names})
+
+    run.fixed = fixed  # inputs fixed to constants in the program (scalar integers)
+    return run, "onnxruntime on the input model (fp32)"
 
 
-def _feeds(source, specs, calibration_arrays, report, progress) -> dict:
-    """name -> array: the --calibration arrays, else inputs generated for the model's
-    dynamic dimensions (onnx_inputs), which then fix the NPU program's shapes."""
-    if calibration_arrays is not None:
+def _samples(source, specs, calibration, evaluation, report, progress):
+    """(calibration feeds, evaluation feeds), each a list of name -> array: the
+    --calibration and --evaluation samples (calibration.held_out), else inputs generated
+    for the model's dynamic dimensions (onnx_inputs), which then fix the NPU program's
+    shapes."""
+    from . import calibration as samples
+
+    if calibration is not None:
         report["numerics"]["inputs"] = "--calibration"
-        return {
-            name: np.asarray(a, dtype=dtype)
-            for a, (name, _, dtype) in zip(calibration_arrays, specs)
-        }
+        as_feeds = [
+            {name: np.asarray(a, dtype=dtype) for a, (name, _, dtype) in zip(sample, specs)}
+            for sample in calibration + (evaluation or [])
+        ]
+        calibrate, measure, warning = samples.held_out(
+            as_feeds[: len(calibration)], as_feeds[len(calibration) :] if evaluation else None
+        )
+        if warning:
+            report["warnings"].append(warning)
+        return calibrate, measure
     with progress.stage("choose input sizes"):
         generated = onnx_inputs.generate(source.program, progress)
     if generated.refused:  # an NPU program is built for these sizes: they must be right
@@ -64,18 +87,25 @@ def _feeds(source, specs, calibration_arrays, report, progress) -> dict:
         report["warnings"].append(generated.warning())
     if report["target"] != "TOSA-1.0+FP":  # every other NPU target is quantized
         report["warnings"].append("no --calibration: quantization calibrated on random inputs")
-    return generated.feeds
+    return [generated.feeds], [generated.feeds]
 
 
-def _scalar_integers(feeds: dict, report: dict) -> dict:
+def _scalar_integers(all_feeds: list, report: dict) -> dict:
     """The single-element integer inputs (a sample rate, a mode switch): an NPU program
-    is static, so they become constants at their --calibration (or generated) values,
-    and the If nodes and shapes they decide fold away."""
+    is static, so they become constants at their --calibration (or generated) values, the
+    same in every sample, and the If nodes and shapes they decide fold away."""
+    feeds = all_feeds[0]
     constants = {
         name: a
         for name, a in feeds.items()
         if a.size == 1 and (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_)
     }
+    for name, a in constants.items():
+        if any(not np.array_equal(f[name], a) for f in all_feeds[1:]):
+            raise LoweringError(
+                f"input '{name}' takes different values in the samples: an NPU program fixes "
+                "its integer inputs, so every sample must give the same"
+            )
     if constants:
         fixed = ", ".join(f"{name} = {a.reshape(-1)[0]}" for name, a in constants.items())
         report["warnings"].append(
@@ -85,9 +115,9 @@ def _scalar_integers(feeds: dict, report: dict) -> dict:
     return constants
 
 
-def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
-    """`calibration_arrays`: numpy arrays in graph input order, checked against the model's
-    inputs, or None (inputs generated for it)."""
+def prepare(source, options, calibration, evaluation, report, progress) -> Prepared:
+    """`calibration`, `evaluation`: samples (numpy arrays in graph input order, checked
+    against the model's inputs), or None (inputs generated for it)."""
     import torch
 
     from recurrent_lowering.backends.onnx import reversal, rewrite
@@ -99,9 +129,10 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
     specs = input_specs(source.program)
     selection = recurrent_modules.Selection()  # nodes that travel as torch ops stay nodes
 
-    feeds = _feeds(source, specs, calibration_arrays, report, progress)
+    calibrate, measure = _samples(source, specs, calibration, evaluation, report, progress)
+    feeds = calibrate[0]
     report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
-    constants = _scalar_integers(feeds, report)
+    constants = _scalar_integers(calibrate + measure, report)
     try:
         with progress.stage("specialise to the input shapes"):
             model = specialize(
@@ -137,23 +168,26 @@ def prepare(source, options, calibration_arrays, report, progress) -> Prepared:
             f"--emission loop: {', '.join(unrolled)} rewritten unrolled (see "
             "recurrent_nodes.unrolled)"
         )
-    example = tuple(torch.from_numpy(feeds[value.name]) for value in model.graph.input)
-    with progress.stage("fp32 reference (onnxruntime)"):
-        reference, reference_name = _onnxruntime(source.program, feeds)
+    program_inputs = [value.name for value in model.graph.input]
+
+    def tensors(sample: dict) -> tuple:
+        return tuple(torch.from_numpy(sample[name]) for name in program_inputs)
+
+    reference, reference_name = _onnxruntime(source.program, program_inputs)
     if reference is not None:
-        with torch.no_grad():
-            converted = numerics.compare(reference, module(*example))
+        reference.fixed.update(constants)
+        with progress.stage("fp32 reference (onnxruntime)"), torch.no_grad():
+            example = tensors(feeds)
+            converted = numerics.compare(reference(list(example)), module(*example))
         report["numerics"]["conversion_max_abs_err"] = converted["max_abs_err"]
     else:
         report["warnings"].append(f"numerics reference: {reference_name}")
-    return Prepared(module, names, example, reference, reference_name)
-
-
-def compare_with_reference(prepared: Prepared, tosa_outputs: list) -> dict:
-    """TOSA reference model outputs vs the fp32 reference, in graph output order."""
-    from recurrent_lowering.tools.lowering import numerics
-
-    shaped = [np.reshape(t, np.shape(r)) for t, r in zip(tosa_outputs, prepared.reference)]
-    return {"reference_outputs": prepared.reference, "tosa_outputs": shaped} | numerics.compare(
-        prepared.reference, shaped
+    return Prepared(
+        module,
+        names,
+        [tensors(f) for f in calibrate],
+        [tensors(f) for f in measure],
+        reference,
+        reference_name,
+        [value.name for value in source.program.graph.output],
     )

@@ -59,7 +59,20 @@ def _per_output(num: dict) -> str:
     figures = num.get("sqnr_db_per_output")
     if not figures:
         return ""
-    return " (per output: " + ", ".join(_fmt(f) for f in figures) + " dB)"
+    names = num.get("outputs") or [None] * len(figures)
+    each = [f"{name} {_fmt(f)}" if name else _fmt(f) for name, f in zip(names, figures)]
+    return " (per output: " + ", ".join(each) + " dB)"
+
+
+def _inputs(num: dict) -> str:
+    """Where the numerics inputs came from, with how many samples and whether streamed."""
+    samples = num.get("samples")
+    text = str(num["inputs"])
+    if samples and (samples["calibration"] > 1 or samples["evaluation"] > 1):
+        text += f", {samples['calibration']} samples calibrating, {samples['evaluation']} checked"
+    if num.get("stream"):
+        text += ", streamed with the states fed back"
+    return text
 
 
 def summary(report: dict[str, Any]) -> str:
@@ -100,7 +113,7 @@ def summary(report: dict[str, Any]) -> str:
         )
     if num["max_abs_err"] is not None:
         lines += [
-            f"| max abs error vs fp32 ({num['reference']}; inputs: {num['inputs']}) | "
+            f"| max abs error vs fp32 ({num['reference']}; inputs: {_inputs(num)}) | "
             f"{_fmt(num['max_abs_err'])} |",
             f"| SQNR vs fp32 | {_fmt(num['sqnr_db'], ' dB')}{_per_output(num)} |",
         ]

@@ -21,7 +21,9 @@ class Options:
     emission: str = "auto"  # auto | unrolled | scan (--emission loop)
     quantization: str = "auto"  # auto | int8 | int16 (activations) | int16_state (loop steps)
     cycle_budget: float | None = None  # percent over int8 that auto may spend (None: 3)
-    calibration: pathlib.Path | None = None
+    calibration: list | None = None  # .npz paths of samples to quantize on
+    evaluation: list | None = None  # .npz paths of samples to measure on (held out)
+    stream: bool = True  # a model whose states come back as outputs runs as a stream
     keep_recurrent_on_cpu: bool = False
     activation_defaults: str = "onnxruntime"  # onnxruntime | onnx (the spec's; ONNX inputs)
     tune_for: str = "portable"  # portable | onnxruntime (--target onnx)
@@ -66,7 +68,7 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
     if source.kind != "torch":
         raise LoweringError(f"{source.path}: --target aten takes a .pt2 or a bundled example")
     specs = calibration.torch_input_specs(source)
-    arrays = calibration.load_checked(options.calibration, specs)
+    arrays = calibration.load_checked(options.evaluation or options.calibration, specs)
     inputs = source.example_inputs
     if arrays is not None:  # the user's data for the numerics check
         inputs = tuple(torch.from_numpy(a).to(dtype) for a, (_, _, dtype) in zip(arrays, specs))
@@ -105,7 +107,7 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
     if source.kind != "onnx":
         raise LoweringError(f"{source.name}: --target onnx takes an .onnx file")
     specs = input_sizes.input_specs(source.program)
-    arrays = calibration.load_checked(options.calibration, specs)
+    arrays = calibration.load_checked(options.evaluation or options.calibration, specs)
     emission = options.emission
     model = source.program
     if arrays is not None and emission == "unrolled":  # unrolling needs static lengths

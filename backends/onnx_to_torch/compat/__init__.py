@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from .. import recurrent_modules
-from .torchvision_stub import torchvision_stub
+from . import torchvision_stub
 
 VERSION = "1.5.15"  # the onnx2torch these additions are written against
 
@@ -59,7 +59,7 @@ _TYPE_ONLY_VERSIONS = {
 def onnx2torch():
     """onnx2torch, imported with the torchvision stand-in, its registry extended (once)."""
     check_version()
-    with torchvision_stub():
+    with torchvision_stub.torchvision_stub():
         import onnx2torch
         from onnx2torch.node_converters import registry
     for op, versions in _TYPE_ONLY_VERSIONS.items():
