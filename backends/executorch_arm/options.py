@@ -91,8 +91,10 @@ def check(o: Options) -> Options:
         ):
             if value != default:
                 raise OptionError(f"{name} {value} applies to INT targets, not {o.target}")
-    if o.cycle_budget is not None and (o.quantization != "auto" or o.cycle_budget < 0):
-        raise OptionError("cycle_budget applies to quantization auto, as a fraction >= 0")
+    if o.cycle_budget is not None and o.quantization != "auto":
+        raise OptionError("cycle_budget applies to quantization auto")
+    if o.cycle_budget is not None and o.cycle_budget < 0:
+        raise OptionError(f"cycle_budget must not be negative, got {o.cycle_budget}")
     _check_vela(o)
     bits, state16 = o.recurrent_weight_bits, o.quantization == "int16_state"
     if o.decomposition == "executorch":
