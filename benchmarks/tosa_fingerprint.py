@@ -6,10 +6,13 @@ For every (model, target, quantization) the CLI runs as a user would type it, wi
 cycle estimate, the TOSA reference model's SQNR and the wall time. Bundled examples lower on
 their example inputs; the real models (benchmarks/real_models.py) on that script's
 calibration input. Writes JSON lines, one record per lowering, as each ends; `--compare`
-prints the rows whose sha256 differ between two such files.
+prints the rows whose sha256 differ between two such files. `--via flow` lowers the
+bundled models with `flow.lower` in this process instead of the CLI (no real models): its
+file compared with the CLI's shows that both give the same programs.
 
   ./bazelw run //benchmarks:tosa_fingerprint -- --out /tmp/after.jsonl
   ./bazelw run //benchmarks:tosa_fingerprint -- --compare /tmp/before.jsonl /tmp/after.jsonl
+  ./bazelw run //benchmarks:tosa_fingerprint -- --via flow --real_models '' --out /tmp/flow.jsonl
 """
 
 from __future__ import annotations
@@ -63,6 +66,27 @@ def _lower(model: str, target: str, quantization: str, work: str, calibration=No
     return record
 
 
+def _lower_flow(model: str, target: str, quantization: str, work: str) -> dict:
+    """What `_lower` records, from flow.lower in this process."""
+    from recurrent_lowering.backends.executorch_arm import flow
+    from recurrent_lowering.examples import models
+    from recurrent_lowering.runtime import arm_numerics
+
+    module, inputs = models.build(model)
+    start = time.monotonic()
+    out = os.path.join(work, f"{model}.{target}.{quantization}.flow")
+    result = flow.lower(module, inputs, target, out, quantization=quantization)
+    numerics = arm_numerics.check(result, module, inputs)
+    choice = result.precision
+    return {
+        "wall_s": round(time.monotonic() - start, 1),
+        "sha256": hashlib.sha256(result.tosa_files[0].read_bytes()).hexdigest(),
+        "cycles": result.vela.summary.cycles,
+        "sqnr_db": numerics.sqnr_db,
+        "choice": None if choice is None else choice.name,
+    }
+
+
 def _cases(args):
     for model in args.models.split(",") if args.models else ():
         for target in args.targets.split(","):
@@ -80,10 +104,11 @@ def run(args) -> None:
             out.flush()
             print(json.dumps(record), flush=True)
 
+        lower = _lower_flow if args.via == "flow" else _lower
         for model, target, quantization, _ in _cases(args):
             emit(
                 {"model": model, "target": target, "quantization": quantization}
-                | _lower(model, target, quantization, work)
+                | lower(model, target, quantization, work)
             )
         chosen = args.real_models.split(",") if args.real_models else []
         for model in (m for m in real_models.MODELS if m.name in chosen):
@@ -134,6 +159,7 @@ def main() -> None:
     )
     parser.add_argument("--real_quantizations", default="auto")
     parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--via", default="cli", choices=("cli", "flow"))
     parser.add_argument(
         "--cache", default=os.path.expanduser("~/.cache/recurrent_lowering/real_models")
     )

@@ -261,3 +261,59 @@ def test_streaming_block_runs_whole_on_u55(tmp_path):
     assert report["vela"]["delegates"] == 1
     assert report["numerics"]["conversion_max_abs_err"] <= 1e-5
     assert 20.0 < report["numerics"]["sqnr_db"] < 80
+
+
+def _two_direction_streaming_lstm(steps: int = 12, hidden: int = 6) -> onnx.ModelProto:
+    """madmom's shape: a forward and a reverse LSTM node, each with its own state inputs and
+    outputs (graph inputs and outputs), their Ys concatenated: both directions' final states
+    leave through that concat's quantization."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    features, nodes, inits = 5, [], []
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, 1, features])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, 1, 2, hidden])]
+    ys = []
+    for d, direction in enumerate(("forward", "reverse")):
+        w = rng.uniform(-0.4, 0.4, (1, 4 * hidden, features)).astype(np.float32)
+        r = rng.uniform(-0.4, 0.4, (1, 4 * hidden, hidden)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{d}"), numpy_helper.from_array(r, f"r{d}")]
+        for s in ("h", "c"):
+            shape = [1, 1, hidden]
+            inputs.append(helper.make_tensor_value_info(f"{s}{d}", TensorProto.FLOAT, shape))
+            outputs.append(helper.make_tensor_value_info(f"{s}{d}_n", TensorProto.FLOAT, shape))
+        nodes.append(
+            helper.make_node(
+                "LSTM",
+                ["x", f"w{d}", f"r{d}", "", "", f"h{d}", f"c{d}"],
+                [f"y{d}", f"h{d}_n", f"c{d}_n"],
+                hidden_size=hidden,
+                direction=direction,
+                name=f"lstm_{direction}",
+            )
+        )
+        ys.append(f"y{d}")
+    nodes.append(helper.make_node("Concat", ys, ["y"], axis=2))
+    graph = helper.make_graph(nodes, "two_direction_lstm", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_two_directions_with_their_own_states_share_one_concat(tmp_path):
+    """Each direction's h0 pairs with its h_n; both h_n reach the outputs through the Ys'
+    concat, whose quantization PT2E keeps whole: the second pair joins the first's group
+    (it once pointed the earlier input at the later one, and prepare_pt2e refused)."""
+    model = _two_direction_streaming_lstm()
+    rng = np.random.default_rng(1)
+    np.savez(
+        tmp_path / "c.npz",
+        x=rng.standard_normal((4, 12, 1, 5)).astype(np.float32),
+        **{f"{s}{d}": np.zeros((1, 1, 6), np.float32) for s in "hc" for d in (0, 1)},
+    )
+    report = _lower(tmp_path, model, "TOSA-1.0+INT", "--calibration=c.npz")
+    assert report["numerics"]["stream"] == [
+        ["h0", "h0_n"],
+        ["c0", "c0_n"],
+        ["h1", "h1_n"],
+        ["c1", "c1_n"],
+    ]
+    assert report["numerics"]["sqnr_db"] > 15  # measured 18.5: int8, random weights

@@ -124,14 +124,16 @@ def test_graph_output_read_by_a_later_node():
         np.testing.assert_allclose(g.numpy(), w, atol=1e-5, rtol=0)
 
 
-def test_streaming_state_pair_is_found_for_sharing():
-    """A streaming node (initial_h in, Y_h out) at layout 0 exports with h0 feeding the
-    recurrent op and h_n leaving it directly: the pair the quantizer gives one scale."""
+@pytest.mark.parametrize("layout", [0, 1])
+def test_streaming_state_pair_is_found_for_sharing(layout):
+    """A streaming node (initial_h in, Y_h out) exports with h0 feeding the recurrent op and
+    h_n leaving it, directly at layout 0, through the permutes of its layout at layout 1:
+    the pair the quantizer gives one scale either way."""
     from recurrent_lowering.backends.executorch_arm.quantization import (
         states as recurrent_quantization,
     )
 
-    cfg = C(op="GRU", linear_before_reset=1, initial_h=True, steps=1, batch=1)
+    cfg = C(op="GRU", linear_before_reset=1, initial_h=True, steps=1, batch=1, layout=layout)
     model, feeds = models.build(dataclasses.replace(cfg, outputs=(False, True, False)))
     gm, _ = _convert(model)
     names = [name for name, _, _ in input_specs(model)]

@@ -120,13 +120,19 @@ def share_states(graph: torch.fx.Graph, pairs: list[tuple[str, int]]) -> list[tu
     shared = []
     for h0_name, index in pairs:
         h0, h_n = placeholders.get(h0_name), outputs[index]
-        if h0 is None or _Q_KEY not in h0.meta or not isinstance(h_n, Node):
-            continue  # not quantized (e.g. left in float): nothing to share
+        observed = h0 is not None and getattr(h0.meta.get(_Q_KEY), "output_qspec", None)
+        if not observed or not isinstance(h_n, Node):
+            continue  # not quantized (e.g. left in float, or only after a move): nothing to share
         found = root_holder(h_n)
         if found is None:
             continue
         holder, set_spec = found
-        if holder is not h0:
+        if isinstance(holder, Node) and holder.op == "placeholder" and holder is not h0:
+            # another state's input already holds the group (a bidirectional layer's final
+            # states leave through one concat): h0 joins it, the earlier of the two in the
+            # graph, which PT2E needs of what a spec points to
+            h0.meta[_Q_KEY].output_qspec = SharedQuantizationSpec(holder)
+        elif holder is not h0:
             set_spec(SharedQuantizationSpec(h0))
         shared.append((h0.name, h_n.name))
     return shared
