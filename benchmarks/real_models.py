@@ -86,9 +86,11 @@ def voiced_frame(length: int) -> np.ndarray:
 
 
 def silero_vad(model: onnx.ModelProto, t: int) -> dict:
-    """One 512-sample chunk at 16 kHz, zero LSTM state, sr = 16000."""
+    """One 512-sample chunk at 16 kHz with the 64 samples before it (576), zero LSTM state,
+    sr = 16000."""
+    start = SR // 8 - 256
     return {
-        "input": voiced_frame(512)[None],
+        "input": speech(SR)[start - 64 : start + 512][None],
         "state": np.zeros((2, 1, 128), np.float32),
         "sr": np.array(SR, np.int64),
     }
@@ -180,10 +182,14 @@ def _count(x: np.ndarray, length: int, hop: int, limit: int) -> int:
 
 
 def silero_vad_frames(model, x, limit, t) -> dict:
-    """Consecutive 512-sample chunks of `x` (a stream), zero state, sr = 16000."""
-    n = _count(x, 512, 512, limit)
+    """Consecutive 512-sample chunks of `x` (a stream), each with the 64 samples before it
+    (576: silero-vad's OnnxWrapper keeps them as context; a bare 512-sample chunk drives
+    the model out of its domain, its cell state growing by one a frame and its speech
+    probability under 0.01 on speech), zero state, sr = 16000."""
+    x = np.concatenate([np.zeros(64, np.float32), x])
+    n = _count(x, 576, 512, limit)
     return {
-        "input": frames(x, 512, 512, n)[:, None, :],
+        "input": frames(x, 576, 512, n)[:, None, :],
         "state": np.zeros((2, 1, 128), np.float32),
         "sr": np.array(SR, np.int64),
     }
