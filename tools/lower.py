@@ -55,12 +55,20 @@ flags.DEFINE_enum(
     "auto",
     ["auto", "int8", "int16", "int16_state"],
     "INT targets: auto (Ethos-U: int16 activations for the recurrent layers and/or the rest "
-    "where it costs at most --cycle_budget over int8, by a cost model of Vela; else int8), "
+    "where it costs at most --cycle_budget over int8, by a cost model of Vela, or where it "
+    "buys the --min_sqnr int8 misses; else int8), "
     "int8 or int16 activations, or int8 with the recurrent steps (state and gate arithmetic) "
     "in int16 (loop form)",
 )
 flags.DEFINE_float(
     "cycle_budget", None, "--quantization auto: percent more cycles than int8 it may spend (3)"
+)
+flags.DEFINE_float(
+    "min_sqnr",
+    None,
+    "--quantization auto: dB against fp32 every output (states included) should reach on the "
+    "evaluation samples, as a simulation predicts; wider candidates are weighed when the "
+    "choice misses it (30)",
 )
 flags.DEFINE_enum(
     "recurrent_weight_bits",
@@ -129,6 +137,7 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
         emission=FLAGS.emission,
         quantization=FLAGS.quantization,
         cycle_budget=FLAGS.cycle_budget,
+        min_sqnr=FLAGS.min_sqnr,
         calibration=_paths_or_none(FLAGS.calibration),
         evaluation=_paths_or_none(FLAGS.evaluation),
         stream=FLAGS.stream,
@@ -156,6 +165,7 @@ def run(argv: list[str], terminal: console.Terminal, captured: bool = True) -> d
     npu_only = {
         "--quantization": options.quantization != "auto",
         "--cycle_budget": options.cycle_budget is not None,
+        "--min_sqnr": options.min_sqnr is not None,
         "--keep_recurrent_on_cpu": options.keep_recurrent_on_cpu,
         "--recurrent_weight_bits": options.recurrent_weight_bits != 8,
         "--system_config": options.system_config is not None,

@@ -1,7 +1,11 @@
 """Take a torch module through ExecuTorch 1.5.1's Arm flow: options in, one lowering out.
 
   lower(module, inputs, options)       check the options, make the plans to try
-                                       (precision.candidates), lower the first that fits
+                                       (precision.candidates), hold auto's choice to the
+                                       accuracy target on the evaluation samples
+                                       (precision.candidates.reaching, each candidate
+                                       simulated by precision.accuracy), lower the first
+                                       that fits
   lower_first(module, inputs, plans)   the plans in order: a plan that fails to lower, or
                                        that Vela measures over its budget, gives way to the
                                        next (precision.candidates.misfit)
@@ -43,6 +47,7 @@ from .loop.op import program_of, run_graph
 from .options import Options
 from .partition import partitioner as our_partitioner
 from .plan import ArmPlan, quantization_config
+from .precision import accuracy
 from .precision import candidates as precision
 from .quantization import quantizer as our_quantizer
 
@@ -160,15 +165,18 @@ def lower(
     calibration_inputs: Optional[Sequence[Sequence[torch.Tensor]]] = None,
     progress=None,
     run_vela: bool = True,
+    evaluation: Optional[accuracy.Evaluation] = None,
     **fields,
 ) -> LoweringResult:
     """Lower `module` as `options` say (an Options, or a target name with Options' fields as
     keywords: `lower(m, x, "ethos-u55-128", quantization="int8")`).
 
     INT and Ethos-U targets are quantized, calibrated on `calibration_inputs` (default: the
-    example inputs). For Ethos-U targets `result.vela` (when `run_vela`) is Vela's per-layer
-    estimate. `progress` (an object with `stage(label)`, a context manager, and
-    `steps(items, description)`) hears of each stage. Raises options.OptionError for options
+    example inputs). `quantization="auto"` holds its choice to `min_sqnr` on `evaluation`
+    (default: the calibration samples, no state fed back). For Ethos-U targets
+    `result.vela` (when `run_vela`) is Vela's per-layer estimate. `progress` (an object
+    with `stage(label)`, a context manager, and `steps(items, description)`) hears of each
+    stage. Raises options.OptionError for options
     the adapter cannot lower."""
     if isinstance(options, str):
         options = Options(options, **fields)
@@ -181,11 +189,49 @@ def lower(
         plans = precision.candidates(options, module, tuple(example_inputs))
     if plans[0].precision is None or plans[0].precision.why is not None:
         times.pop("precision")  # nothing was weighed
+    quantized: dict = {}  # plan -> (converted module, quantizer): simulated, then lowered
+    if plans[0].precision is not None and plans[0].precision.why is None:
+        samples = evaluation or accuracy.Evaluation(calibration_inputs or [tuple(example_inputs)])
+        predict = _predictor(module, example_inputs, calibration_inputs, samples, quantized)
+        with _timed(times, "accuracy", progress, "predict the candidates' accuracy"):
+            plans = precision.reaching(options, plans, predict)
     result = lower_first(
-        module, example_inputs, plans, artifact_dir, calibration_inputs, progress, run_vela
+        module,
+        example_inputs,
+        plans,
+        artifact_dir,
+        calibration_inputs,
+        progress,
+        run_vela,
+        quantized,
     )
     result.times = {**times, **result.times}
     return result
+
+
+def _key(plan: ArmPlan) -> ArmPlan:
+    return dataclasses.replace(plan, precision=None)
+
+
+def _predictor(module, example_inputs, calibration_inputs, evaluation, quantized: dict):
+    """`predict(plan) -> [dB per output]`: the plan's converted module (kept in `quantized`
+    for its lowering) against `module` on `evaluation` (precision.accuracy)."""
+    reference: list = []
+
+    def predict(plan: ArmPlan) -> list:
+        if not reference:
+            reference.extend(accuracy.outputs(accuracy.of_module(module), evaluation))
+        with tempfile.TemporaryDirectory() as scratch, compat.lowering():
+            spec = compile_spec(plan.target, pathlib.Path(scratch), None, None)
+            quantizer = our_quantizer.create(spec, plan)
+            converted = quantize(
+                eval_mode(module), tuple(example_inputs), quantizer, calibration_inputs
+            )
+        quantized[_key(plan)] = (converted, quantizer)
+        simulated = accuracy.outputs(accuracy.of_module(converted, converted=True), evaluation)
+        return accuracy.sqnr_per_output(reference, simulated)
+
+    return predict
 
 
 def lower_first(
@@ -196,12 +242,13 @@ def lower_first(
     calibration_inputs=None,
     progress=None,
     run_vela: bool = True,
+    quantized: Optional[dict] = None,
 ) -> LoweringResult:
     """The first of `plans` that lowers and fits its budget (precision.candidates); the last
     is lowered whatever it measures. A plan that gives way hands its reason to the next
     (`result.precision.fallback`)."""
     plans, times = list(plans), {}
-    args = (artifact_dir, calibration_inputs, progress, run_vela)
+    args = (artifact_dir, calibration_inputs, progress, run_vela, quantized)
     for k, plan in enumerate(plans):
         if k == len(plans) - 1:
             result = lower_plan(module, example_inputs, plan, *args)
@@ -231,15 +278,26 @@ def lower_plan(
     calibration_inputs: Optional[Sequence[Sequence[torch.Tensor]]] = None,
     progress=None,
     run_vela: bool = True,
+    quantized: Optional[dict] = None,
 ) -> LoweringResult:
-    """Lower `module` by one plan (see the module docstring)."""
+    """Lower `module` by one plan (see the module docstring); `quantized` may hold its
+    converted module and quantizer already (flow._predictor's)."""
     with compat.lowering() if plan.ours else contextlib.nullcontext():
         return _lower_plan(
-            module, example_inputs, plan, artifact_dir, calibration_inputs, progress, run_vela
+            module,
+            example_inputs,
+            plan,
+            artifact_dir,
+            calibration_inputs,
+            progress,
+            run_vela,
+            (quantized or {}).get(_key(plan)),
         )
 
 
-def _lower_plan(module, example_inputs, plan, artifact_dir, calibration_inputs, progress, run_vela):
+def _lower_plan(
+    module, example_inputs, plan, artifact_dir, calibration_inputs, progress, run_vela, converted
+):
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     progress = progress or _Silent()
@@ -268,7 +326,9 @@ def _lower_plan(module, example_inputs, plan, artifact_dir, calibration_inputs, 
         if quantizer is not None:
             quantizer.set_global(quantization_config(plan.activations))
         partitioner = factory.executorch_partitioner(spec)
-    if quantizer is not None:
+    if converted is not None:
+        module, quantizer = converted
+    elif quantizer is not None:
         with _timed(times, "quantize", progress, "quantize (calibrate, convert)"):
             module = quantize(module, example_inputs, quantizer, calibration_inputs, progress)
     with _timed(times, "export", progress, "export"):

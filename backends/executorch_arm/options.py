@@ -18,7 +18,8 @@ from .targets import ETHOS_U_TARGETS, TOSA_TARGETS
 QUANTIZATIONS = ("auto", "int8", "int16", "int16_state")
 DECOMPOSITIONS = ("ours", "executorch")  # who decomposes recurrent ops: we or ExecuTorch
 WEIGHT_BITS = (4, 5, 6, 7, 8)
-DEFAULT_CYCLE_BUDGET = 0.03  # auto: at most 3% more cycles than all-int8
+DEFAULT_CYCLE_BUDGET = 0.03  # auto: candidates within 3% of each other's cycles are equals
+DEFAULT_MIN_SQNR = 30.0  # auto: the accuracy (dB, every output) a candidate must reach
 
 
 class OptionError(ValueError):
@@ -31,7 +32,8 @@ class Options:
     the options need them) or an Ethos-U accelerator ("ethos-u55-128").
 
     `quantization` (INT targets): "auto" chooses int16 activations per region where the
-    target gives them within `cycle_budget` (a fraction) of int8's cycles
+    target gives them within `cycle_budget` (a fraction) of int8's cycles, and beyond it
+    where that buys the `min_sqnr` dB on every output that the cheaper candidates miss
     (docs/precision.md); "int8" or "int16" activations; "int16_state" keeps the loop
     form's steps (state and gate arithmetic) in int16, the rest int8. `emission`: how
     recurrent layers are written ("auto", "unrolled", "loop"; passes.plan). Weights every
@@ -45,6 +47,7 @@ class Options:
     target: str
     quantization: str = "auto"
     cycle_budget: Optional[float] = None  # None: DEFAULT_CYCLE_BUDGET
+    min_sqnr: Optional[float] = None  # None: DEFAULT_MIN_SQNR
     emission: str = "auto"
     recurrent_weight_bits: int = 8
     keep_recurrent_on_cpu: bool = False
@@ -64,6 +67,10 @@ class Options:
     @property
     def budget(self) -> float:
         return DEFAULT_CYCLE_BUDGET if self.cycle_budget is None else self.cycle_budget
+
+    @property
+    def target_sqnr(self) -> float:
+        return DEFAULT_MIN_SQNR if self.min_sqnr is None else self.min_sqnr
 
 
 def _known_target(target: str) -> bool:
@@ -93,6 +100,8 @@ def check(o: Options) -> Options:
                 raise OptionError(f"{name} {value} applies to INT targets, not {o.target}")
     if o.cycle_budget is not None and o.quantization != "auto":
         raise OptionError("cycle_budget applies to quantization auto")
+    if o.min_sqnr is not None and o.quantization != "auto":
+        raise OptionError("min_sqnr applies to quantization auto")
     if o.cycle_budget is not None and o.cycle_budget < 0:
         raise OptionError(f"cycle_budget must not be negative, got {o.cycle_budget}")
     _check_vela(o)

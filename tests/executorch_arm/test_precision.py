@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.backends.executorch_arm.options import Options
+from recurrent_lowering.backends.executorch_arm.options import OptionError, Options
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
 from recurrent_lowering.backends.executorch_arm.precision import candidates
 from recurrent_lowering.backends.executorch_arm.precision import cost_model as precision
@@ -235,3 +235,71 @@ def test_vela_refuses_an_int16_transposed_convolution_on_u55(tmp_path):
         flow.lower(up, x, "ethos-u55-128", tmp_path / "int16", quantization="int16")
     int8 = flow.lower(up, x, "ethos-u55-128", artifact_dir=tmp_path / "int8", quantization="int8")
     assert int8.num_delegates == 1
+
+
+def _choice(name, estimates, weighed=("int16", "int16_recurrent", "int8")):
+    rest, recurrent = {"int16": ("int16", "int16"), "int16_recurrent": ("int8", "int16")}.get(
+        name, ("int8", "int8")
+    )
+    return precision.Choice(name, rest, recurrent, estimates, budget=0.03, weighed=weighed)
+
+
+def _reaching(choice, scores, min_sqnr=30.0):
+    """candidates.reaching with predictions from `scores` (name -> dB per output); the names
+    simulated, in order."""
+    first, int8 = _auto_plans(choice)
+    plans = [first] if choice.name == "int8" else [first, int8]
+    asked = []
+
+    def predict(plan):
+        name = (
+            plan.precision.name
+            if plan.precision
+            else {("int16", None): "int16", ("int8", "int16"): "int16_recurrent"}.get(
+                (plan.activations, plan.recurrent_activations), "int8"
+            )
+        )
+        asked.append(name)
+        return scores[name]
+
+    out = candidates.reaching(Options("ethos-u85-256", min_sqnr=min_sqnr), plans, predict)
+    return out, asked
+
+
+def test_a_choice_that_reaches_the_target_stands():
+    estimates = {"int16": 1000.0, "int16_recurrent": 1000.0, "int8": 1000.0}
+    plans, asked = _reaching(_choice("int16", estimates), {"int16": [40.0, 35.0]})
+    assert asked == ["int16"]  # one simulation: the cost model's choice
+    assert [p.precision and p.precision.name for p in plans] == ["int16", None]
+    choice = plans[0].precision
+    assert choice.predicted == {"int16": [40.0, 35.0]} and not choice.for_accuracy
+    assert choice.report()["min_sqnr"] == 30.0
+
+
+def test_int8_short_of_the_target_gives_way_to_the_cheapest_wider_that_reaches_it():
+    """Ethos-U85-like costs: int16 beyond the budget, chosen for accuracy when int8 misses
+    the target on one output; int16_recurrent, cheaper, is tried first."""
+    estimates = {"int16": 1900.0, "int16_recurrent": 1300.0, "int8": 1000.0}
+    scores = {"int8": [45.0, 12.0], "int16_recurrent": [44.0, 25.0], "int16": [50.0, 33.0]}
+    plans, asked = _reaching(_choice("int8", estimates), scores)
+    assert asked == ["int8", "int16_recurrent", "int16"]
+    choice = plans[0].precision
+    assert (choice.name, plans[0].activations, choice.for_accuracy) == ("int16", "int16", True)
+    assert choice.short is None
+    assert candidates.misfit(plans[0], 10**9) is None  # chosen for accuracy: no cycle fallback
+    assert [p.activations for p in plans] == ["int16", "int8"]  # if it fails to lower
+
+
+def test_when_nothing_reaches_the_target_the_most_accurate_within_reason_goes():
+    estimates = {"int16": 2500.0, "int16_recurrent": 1300.0, "int8": 1000.0}
+    scores = {"int8": [20.0, 5.0], "int16_recurrent": [22.0, 11.0], "int16": [40.0, 40.0]}
+    plans, asked = _reaching(_choice("int8", estimates), scores)
+    assert asked == ["int8", "int16_recurrent"]  # int16: over REASONABLE x int8's cycles
+    choice = plans[0].precision
+    assert (choice.name, choice.short) == ("int16_recurrent", "output 1 at 11.0 dB")
+    assert plans[0].recurrent_activations == "int16"
+
+
+def test_min_sqnr_is_an_auto_option():
+    with pytest.raises(OptionError, match="min_sqnr applies to quantization auto"):
+        candidates.candidates(Options("ethos-u55-128", quantization="int8", min_sqnr=40), None, ())

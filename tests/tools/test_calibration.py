@@ -112,7 +112,7 @@ def test_held_out_samples():
 
 
 def test_a_streams_states_pair_with_its_outputs():
-    from recurrent_lowering.tools.lowering import streams
+    from recurrent_lowering.runtime import streams
 
     x, h, c = np.zeros((1, 1, 5)), np.zeros((1, 1, 8)), np.zeros((1, 1, 8))
     assert streams.pairs([x, h, c], [np.zeros((1, 1, 8))] * 3) == [(1, 1), (2, 2)]

@@ -5,36 +5,14 @@ line once quantized apart from the API (and at -5.4 dB)."""
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 import torch
-from torch import nn
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.backends.executorch_arm.exported import as_module
 from recurrent_lowering.examples import models
 from recurrent_lowering.tests.tools.cli import run_lower
-
-
-class StreamingReluRnn(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.rnn = nn.RNN(40, 32, num_layers=2, nonlinearity="relu", batch_first=True)
-        self.head = nn.Linear(32, 1)
-
-    def forward(self, x, h):
-        y, h = self.rnn(torch.relu(x), h)
-        return torch.sigmoid(self.head(y)), h
-
-
-def _relu_rnn(path: pathlib.Path) -> pathlib.Path:
-    torch.manual_seed(0)
-    module = StreamingReluRnn().eval()
-    inputs = (torch.randn(1, 1, 40), torch.zeros(2, 1, 32))
-    torch.export.save(torch.export.export(module, inputs), str(path))
-    return path
-
+from recurrent_lowering.tests.tools.relu_rnn import save as _relu_rnn
 
 CASES = [  # (model, target, CLI flags = flow.lower keywords)
     ("relu_rnn", "ethos-u55-128", {"quantization": "int8"}),

@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from . import calibration, console, streams
+from recurrent_lowering.runtime import streams
+
+from . import calibration, console
 from .errors import LoweringError
 from .numerics import compare, sqnr_per_output
 from .plot import plot_error_per_timestep
@@ -116,6 +118,7 @@ def arm_options(options, target: str):
         target,
         quantization=options.quantization,
         cycle_budget=None if options.cycle_budget is None else options.cycle_budget / 100,
+        min_sqnr=options.min_sqnr,
         emission=options.emission,
         recurrent_weight_bits=options.recurrent_weight_bits,
         keep_recurrent_on_cpu=options.keep_recurrent_on_cpu,
@@ -127,6 +130,7 @@ def arm_options(options, target: str):
 _FLAGS = (  # Options fields that are //tools:lower flags of the same name
     "quantization",
     "cycle_budget",
+    "min_sqnr",
     "emission",
     "recurrent_weight_bits",
     "keep_recurrent_on_cpu",
@@ -216,6 +220,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
 
     from recurrent_lowering.backends.executorch_arm import flow
     from recurrent_lowering.backends.executorch_arm.options import OptionError, check
+    from recurrent_lowering.backends.executorch_arm.precision.accuracy import Evaluation
     from recurrent_lowering.runtime import arm_numerics
 
     try:
@@ -281,7 +286,13 @@ def _lower(source, options, staging, output, report, progress) -> None:
     try:
         try:
             result = flow.lower(
-                module, example, arm, work, calibration_inputs=calibrate, progress=progress
+                module,
+                example,
+                arm,
+                work,
+                calibration_inputs=calibrate,
+                progress=progress,
+                evaluation=Evaluation(measure, state),
             )
         except arm_numerics.NumericsError as e:
             raise LoweringError(str(e)) from e
@@ -293,7 +304,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 f"{options.memory_mode or 'default memory mode'}): {e}"
             ) from e
         staging.path_for(output).write_bytes(result.pte)
-        _report_lowering(options, result, report)
+        _report_lowering(options, result, report, output_names)
         if options.tosa_output is not None and result.tosa_files:
             shutil.copyfile(result.tosa_files[0], staging.path_for(options.tosa_output))
         if result.vela is not None:
@@ -343,12 +354,21 @@ def _output_names(source) -> list:
     return [f"output {k}" for k in range(len(outputs))]
 
 
-def _report_lowering(options, result, report) -> None:
+def _report_lowering(options, result, report, output_names) -> None:
     """What the lowering did: auto's choice, the narrowed weights, op counts, CPU reasons."""
     choice = result.precision
     if choice is not None and choice.fallback:
         again = "; lowered again in int8" if "measured" in choice.fallback else "; int8"
         report["warnings"].append(f"--quantization auto: {choice.fallback}{again}")
+    if choice is not None and choice.short:
+        scores = choice.predicted[choice.name]
+        k = scores.index(min(scores))
+        name = output_names[k] if k < len(output_names) else f"output {k}"
+        report["warnings"].append(
+            f"--quantization auto: no candidate reaches {choice.min_sqnr:g} dB on every "
+            f"output; {choice.name}, the most accurate, is predicted at {scores[k]:.1f} dB on "
+            f"'{name}'"
+        )
     bits = options.recurrent_weight_bits
     if bits != 8 and not result.narrowed:
         report["warnings"].append(

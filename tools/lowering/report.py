@@ -135,4 +135,8 @@ def _activations(quant: dict) -> str:
         return f"auto: int8 ({auto['fallback']})"
     regions = ", ".join(f"{region} {bits}" for region, bits in auto["regions"].items())
     int8 = auto.get("int8_cycles_estimate")
-    return f"auto: {regions}" + (f" (int8: ~{int8:,} cycles)" if int8 else "")
+    text = f"auto: {regions}" + (f" (int8: ~{int8:,} cycles)" if int8 else "")
+    predicted = auto.get("predicted_sqnr_db", {}).get(auto["choice"])
+    if predicted:
+        text += f", predicted worst output {min(predicted):.1f} dB (target {auto['min_sqnr']:g})"
+    return text

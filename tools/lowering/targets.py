@@ -21,6 +21,7 @@ class Options:
     emission: str = "auto"  # auto | unrolled | scan (--emission loop)
     quantization: str = "auto"  # auto | int8 | int16 (activations) | int16_state (loop steps)
     cycle_budget: float | None = None  # percent over int8 that auto may spend (None: 3)
+    min_sqnr: float | None = None  # dB auto holds its choice to (None: 30)
     calibration: list | None = None  # .npz paths of samples to quantize on
     evaluation: list | None = None  # .npz paths of samples to measure on (held out)
     stream: bool = True  # a model whose states come back as outputs runs as a stream

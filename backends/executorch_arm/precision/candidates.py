@@ -4,7 +4,11 @@ decided.
 `candidates(options, module, example_inputs)` checks the options (options.check) and returns
 the ArmPlans to lower, first choice first: one plan for an explicit precision; for
 `quantization="auto"` the cost model's choice (cost_model.choose_for) and, when that is
-wider than int8, all-int8 after it. `flow.lower_first` lowers the first that fits:
+wider than int8, all-int8 after it. `reaching(options, plans, predict)` then holds auto's
+choice to the accuracy target: a choice whose predicted SQNR misses `min_sqnr` on some
+output gives way to the cheapest wider candidate that reaches it, or, when none does, to
+the most accurate within REASONABLE times int8's cycles. `flow.lower_first` lowers the
+first that fits:
 `misfit` says why a lowered plan does not (Vela measured it over its budget by more than
 the cost model's error), `fell_back` what replaces a plan that failed to lower.
 """
@@ -23,6 +27,8 @@ from .cost_model import Choice
 # The cost model's int8 estimate was up to 25% off Vela on the fitted targets (ethos-u85-256
 # gru_a: 36,603 estimated, 49,094 measured); beyond that the choice was a misprediction.
 MODEL_SLACK = 1.25
+# A candidate beyond this many times int8's estimated cycles is not weighed for accuracy.
+REASONABLE = 2.0
 
 
 def _plan(o: Options, activations: str, recurrent: Optional[str], state_bits: int, choice):
@@ -75,12 +81,60 @@ def candidates(o: Options, module, example_inputs) -> list[ArmPlan]:
     return [first, _plan(o, "int8", None, 8, None)]
 
 
+def _worst(scores: list) -> float:
+    return min(scores) if scores else float("inf")
+
+
+def reaching(o: Options, plans: list, predict) -> list[ArmPlan]:
+    """`plans` (candidates') with auto's choice held to `o.target_sqnr` on every output, as
+    `predict(plan) -> [dB per output]` (a simulation) says. The choice stands when it reaches
+    the target; else the wider candidates (in cycles order, up to REASONABLE x int8) are
+    simulated until one does. A choice made for accuracy has no fallback on cycles; when
+    none reaches the target, the most accurate goes first, its choice naming the output
+    that limits it."""
+    first = plans[0]
+    choice = first.precision
+    if choice is None or choice.why is not None:
+        return plans
+    target = o.target_sqnr
+    predicted = {choice.name: predict(first)}
+    chosen = dataclasses.replace(choice, predicted=predicted, min_sqnr=target)
+    if _worst(predicted[choice.name]) >= target:
+        return [dataclasses.replace(first, precision=chosen), *plans[1:]]
+    order = list(cost_model.CANDIDATES)
+    rank = {name: k for k, (name, _, _) in enumerate(order)}  # most accurate first
+    wider = sorted(
+        (c for c in order if c[0] in choice.weighed and rank[c[0]] < rank[choice.name]),
+        key=lambda c: choice.estimates[c[0]],
+    )
+    tried = {choice.name: first}
+    for name, rest, recurrent in wider:
+        if choice.estimates[name] > REASONABLE * choice.int8_estimate:
+            continue
+        tried[name] = _plan(o, rest, recurrent, 8, None)
+        predicted[name] = predict(tried[name])
+        if _worst(predicted[name]) >= target:
+            break
+    best = max(predicted, key=lambda n: _worst(predicted[n]))
+    rest, recurrent = next((r, c) for n, r, c in order if n == best)
+    short = None
+    if _worst(predicted[best]) < target:
+        scores = predicted[best]
+        k = scores.index(min(scores))
+        short = f"output {k} at {scores[k]:.1f} dB"
+    chosen = dataclasses.replace(
+        chosen, name=best, rest=rest, recurrent=recurrent, for_accuracy=True, short=short
+    )
+    plan = dataclasses.replace(tried[best], precision=chosen)
+    return [plan, *plans[1:]] if best == choice.name else [plan, plans[-1]]
+
+
 def misfit(plan: ArmPlan, measured_cycles: Optional[int]) -> Optional[str]:
     """Why a lowered auto plan does not fit: Vela measured more than its budget allows over
     int8 by a margin the cost model's error does not explain (ethos-u85-256 stream_gru: int16
     chosen at 3,561 estimated cycles, 13,650 measured); None if it fits."""
     choice = plan.precision
-    if choice is None or choice.name == "int8" or measured_cycles is None:
+    if choice is None or choice.name == "int8" or choice.for_accuracy or measured_cycles is None:
         return None
     limit = choice.int8_estimate * (1 + choice.budget) * MODEL_SLACK
     if measured_cycles <= limit:
@@ -108,5 +162,7 @@ def did_not_lower(plan: ArmPlan, error: BaseException) -> str:
 def fell_back(first: ArmPlan, fallback: ArmPlan, why: str) -> ArmPlan:
     """`fallback` (all-int8) carrying `first`'s choice with the reason it gave way."""
     choice = first.precision
-    int8 = dataclasses.replace(choice, name="int8", rest="int8", recurrent="int8", fallback=why)
+    int8 = dataclasses.replace(
+        choice, name="int8", rest="int8", recurrent="int8", fallback=why, short=None
+    )
     return dataclasses.replace(fallback, precision=int8)

@@ -117,6 +117,14 @@ class Choice:
     fallback: Optional[str] = None  # why the first choice gave way to int8
     refused: Optional[str] = None  # why the candidates with an int16 rest were not weighed
     why: Optional[str] = None  # why auto did not weigh at all (plain int8)
+    weighed: tuple = ()  # the candidates the target and program allow, most accurate first
+    # Accuracy (candidates.reaching): the SQNR (dB) a fake-quantized simulation predicts per
+    # output for each candidate simulated, the target, and whether the choice was made for
+    # accuracy beyond the budget (then no cycle overrun gives it up) or none reached it.
+    predicted: dict = dataclasses.field(default_factory=dict)  # name -> [dB per output]
+    min_sqnr: Optional[float] = None
+    for_accuracy: bool = False
+    short: Optional[str] = None  # no candidate reached min_sqnr: the limiting output
 
     @property
     def int8_estimate(self) -> float:
@@ -131,6 +139,13 @@ class Choice:
             "budget": self.budget,
             "estimated_cycles": {k: round(v) for k, v in self.estimates.items()},
         }
+        if self.predicted:
+            report["min_sqnr"] = self.min_sqnr
+            report["predicted_sqnr_db"] = {
+                k: [round(x, 2) for x in v] for k, v in self.predicted.items()
+            }
+        if self.short:
+            report["short"] = self.short
         if self.refused:
             report["refused"] = self.refused
         if self.fallback:
@@ -267,11 +282,14 @@ def choose(f: Features, costs: dict, budget: float, refused: Optional[str] = Non
     an int16 rest when `refused` says why the target cannot take one."""
     estimates = {name: estimate(f, rest, rec, costs) for name, rest, rec in CANDIDATES}
     limit = estimates["int8"] * (1 + budget)
+    weighed = tuple(
+        name
+        for name, rest, rec in CANDIDATES
+        if not ((not f.recurrent and rest != rec) or (refused and rest == "int16"))
+    )
     for name, rest, rec in CANDIDATES:
-        if (not f.recurrent and rest != rec) or (refused and rest == "int16"):
-            continue
-        if estimates[name] <= limit:
-            return Choice(name, rest, rec, estimates, budget, refused=refused)
+        if name in weighed and estimates[name] <= limit:
+            return Choice(name, rest, rec, estimates, budget, refused=refused, weighed=weighed)
     raise AssertionError("int8 is always within its own budget")
 
 

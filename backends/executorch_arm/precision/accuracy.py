@@ -1,0 +1,66 @@
+"""A candidate's accuracy before it is lowered: its PT2E-converted module (quantize and
+dequantize around every value, what the lowering then hands ExecuTorch) run in torch on the
+evaluation samples, against the float module.
+
+The converted module follows the TOSA reference model's figures closely (silero-vad int8 on
+ethos-u55-128, 400 frames of held-out speech: speech probability -10.9 dB simulated, -10.4
+measured; docs/precision.md), in seconds instead of a lowering. A stream (runtime.streams)
+runs in its own closed loop, the converted module fed its own state, as the device is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from recurrent_lowering.runtime.metrics import sqnr_db
+from recurrent_lowering.runtime.streams import fed_back
+
+from ..loop.op import run_graph
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """Samples to measure on (tuples of tensors in the program's input order) and, for a
+    stream, the (input index, output index) pairs whose outputs feed the next sample."""
+
+    samples: Sequence
+    state: Sequence = ()
+
+
+def flat(out) -> list:
+    """A module's outputs, flat, as numpy arrays."""
+    if isinstance(out, torch.Tensor):
+        return [out.detach().numpy()]
+    return [a for o in out for a in flat(o)]
+
+
+def outputs(run: Callable, evaluation: Evaluation) -> list:
+    """`run(inputs) -> outputs` over the samples (closed loop for a stream), each output's
+    values stacked over the samples."""
+    _, produced = fed_back(run, evaluation.samples, list(evaluation.state))
+    return [np.stack([np.asarray(o[k]) for o in produced]) for k in range(len(produced[0]))]
+
+
+def of_module(module, converted: bool = False) -> Callable:
+    """A float module, or a converted one (its loop nodes through their step programs), as
+    `run(inputs) -> outputs`."""
+
+    def run(inputs):
+        tensors = [torch.as_tensor(np.asarray(a)) for a in inputs]
+        with torch.no_grad():
+            return flat(
+                run_graph(module, *tensors, record=False) if converted else module(*tensors)
+            )
+
+    return run
+
+
+def sqnr_per_output(reference: list, actual: list) -> list:
+    return [
+        sqnr_db(np.ravel(r).astype(np.float64), np.ravel(a).astype(np.float64))
+        for r, a in zip(reference, actual, strict=True)
+    ]
