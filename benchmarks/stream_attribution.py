@@ -1,0 +1,188 @@
+"""Where a real model's accuracy goes, on held-out speech, in seconds: its converted module
+(precision/accuracy.py's simulation) against fp32 per output, closed loop for a stream.
+
+    python -m recurrent_lowering.benchmarks.stream_attribution --model silero_vad \\
+        --quantization int8 --roles --sensitivity --out OUT.json
+
+The model and its samples are benchmarks/real_models.py's: calibration on espeak-ng's
+sentences, evaluation on alsa-utils' recordings held out (speech.py). Prints per output
+SQNR, the speech decisions at 0.5 of a model whose first output is a probability, and:
+
+  --roles        per role (sqnr_attribution.role: the op that computed a value and its
+                 consumers; weights by shape), everything quantized but it ("float") and
+                 it alone quantized ("only")
+  --sensitivity  the fp32 model with Gaussian noise of a relative RMS added to its state
+                 outputs (or to its first input) every frame: the closed loop's own gain on
+                 noise, which no quantization can beat
+  --tosa         also lower it (flow.lower, the same calibration) and measure the program on
+                 the TOSA reference model in the same closed loop: the simulation checked
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import tempfile
+import types
+
+import numpy as np
+import onnx
+import torch
+
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.exported import module_of
+from recurrent_lowering.backends.executorch_arm.loop.op import run_graph
+from recurrent_lowering.backends.executorch_arm.options import Options
+from recurrent_lowering.backends.executorch_arm.precision import accuracy, candidates
+from recurrent_lowering.backends.executorch_arm.quantization import quantizer as our_quantizer
+from recurrent_lowering.backends.onnx.input_sizes import input_specs
+from recurrent_lowering.benchmarks import caller_directory, real_models, speech
+from recurrent_lowering.benchmarks import sqnr_attribution as sa
+from recurrent_lowering.runtime import streams
+from recurrent_lowering.tools.lowering import calibration, model_source, onnx_route
+
+
+def _prepared(name: str, cache: str, work: str):
+    model = next(m for m in real_models.MODELS if m.name == name)
+    path = os.path.join(work, f"{name}.onnx")
+    pathlib.Path(path).write_bytes(real_models.fetch(model, cache))
+    proto = onnx.load(path, load_external_data=False)
+    bed = speech.noise(cache)
+    files = []
+    for label, voices, seed, limit in (
+        ("cal", speech.synthesized(cache), 0, model.calibration),
+        ("eval", speech.recordings(cache), 1, model.evaluation),
+    ):
+        feeds = model.samples(proto, speech.stream(voices, bed, seed=seed), limit, 100)
+        files.append(os.path.join(work, f"{label}.npz"))
+        np.savez(files[-1], **feeds)
+    source = model_source.load(path)
+    specs = input_specs(source.program)
+    report = {"numerics": {}, "warnings": [], "target": "ethos-u55-128", "ops": {}}
+    options = types.SimpleNamespace(activation_defaults="onnxruntime", emission="auto")
+    return onnx_route.prepare(
+        source,
+        options,
+        calibration.load_samples(files[0], specs),
+        calibration.load_samples(files[1], specs),
+        report,
+        flow._Silent(),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a benchmarks/real_models.py name")
+    parser.add_argument("--target", default="ethos-u55-128")
+    parser.add_argument("--quantization", default="int8", help="int8, int16 or int16_state")
+    parser.add_argument("--roles", action="store_true")
+    parser.add_argument("--sensitivity", action="store_true")
+    parser.add_argument("--tosa", action="store_true")
+    parser.add_argument("--keep_recurrent_on_cpu", action="store_true", help="in float")
+    parser.add_argument("--out", default=None, help="JSON results")
+    parser.add_argument(
+        "--cache", default=os.path.expanduser("~/.cache/recurrent_lowering/real_models")
+    )
+    args = parser.parse_args()
+    caller_directory.enter()
+    with tempfile.TemporaryDirectory() as work:
+        prep = _prepared(args.model, args.cache, work)
+    module, calibrate = prep.module, prep.calibration
+    example = calibrate[0]
+    fp32 = accuracy.of_module(module)
+    state = streams.pairs([t.numpy() for t in example], fp32(example))
+    if state:  # calibrated mid-stream, as the CLI does
+        taken, _ = streams.fed_back(fp32, calibrate, state)
+        calibrate = [tuple(torch.as_tensor(np.asarray(a)) for a in s) for s in taken]
+    evaluation = accuracy.Evaluation(prep.evaluation, state)
+    reference = accuracy.outputs(fp32, evaluation)
+    results: dict = {"model": args.model, "target": args.target, "samples": len(prep.evaluation)}
+
+    def score(outs) -> dict:
+        out = {"sqnr_db": [round(x, 2) for x in accuracy.sqnr_per_output(reference, outs)]}
+        if reference[0].min() >= 0 and reference[0].max() <= 1:  # a probability
+            same = (reference[0].ravel() > 0.5) == (np.reshape(outs[0], -1) > 0.5)
+            out["decisions_equal"] = round(float(np.mean(same)), 4)
+        return out
+
+    def converted_run(gm):
+        return accuracy.outputs(accuracy.of_module(gm, converted=True), evaluation)
+
+    options = Options(
+        args.target,
+        quantization=args.quantization,
+        keep_recurrent_on_cpu=args.keep_recurrent_on_cpu,
+    )
+    plan = candidates.candidates(options, module, example)[0]
+    with tempfile.TemporaryDirectory() as scratch:
+        spec = flow.compile_spec(plan.target, pathlib.Path(scratch), None, None)
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        gm = module_of(torch.export.export(flow.eval_mode(module), tuple(example)))
+        prepared = prepare_pt2e(gm, our_quantizer.create(spec, plan))
+        for sample in calibrate:
+            run_graph(prepared, *sample)
+        converted = convert_pt2e(prepared, fold_quantize=False)  # weights can stay float
+    results["all"] = score(converted_run(converted))
+    print("all", results["all"], flush=True)
+    if args.tosa:
+        from recurrent_lowering.tools.lowering.npu import _closed_loops
+
+        with tempfile.TemporaryDirectory() as work:
+            lowered = flow.lower(module, example, options, work, calibration_inputs=calibrate)
+            _, tosa = _closed_loops(lowered, module, evaluation.samples, state)
+        results["tosa"] = score([np.reshape(t, np.shape(r)) for t, r in zip(tosa, reference)])
+        results["tosa"]["cycles"] = int(lowered.vela.summary.cycles) if lowered.vela else None
+        print("TOSA reference model", results["tosa"], flush=True)
+    if args.sensitivity:
+        results["sensitivity"] = {}
+        for where in ("state", "input"):
+            for e in (1e-1, 3e-2, 1e-2, 1e-3):
+                rng = np.random.default_rng(0)
+
+                def noisy(inputs, e=e, where=where, rng=rng):
+                    def add(a):
+                        a = np.asarray(a)
+                        rms = np.sqrt(np.mean(a.astype(np.float64) ** 2))
+                        return a + (e * rms * rng.standard_normal(a.shape)).astype(a.dtype)
+
+                    if where == "input":
+                        return fp32([add(inputs[0]), *inputs[1:]])
+                    out = fp32(inputs)
+                    return [out[0], *(add(o) for o in out[1:])]
+
+                key = f"{where} noise {e:g}"
+                results["sensitivity"][key] = score(accuracy.outputs(noisy, evaluation))
+                print(key, results["sensitivity"][key], flush=True)
+    if args.roles:
+        roles = collections.defaultdict(list)
+        for q, chain in sa.lossy_quantizes(converted).items():
+            roles[sa.role(q)].extend(n.name for n in chain)
+        weights = collections.defaultdict(list)
+        for n in converted.graph.nodes:
+            if sa._is(n, sa._Q_CH):
+                weights[sa.weight_role(n)].append(n.name)
+        acts = {n for names in roles.values() for n in names}
+        every = {n for names in weights.values() for n in names}
+        results["weights_only"] = score(converted_run(sa._bypass(converted, every)))
+        results["activations_only"] = score(converted_run(sa._bypass(converted, acts)))
+        print(
+            "weights only", results["weights_only"], "activations only", results["activations_only"]
+        )
+        results["roles"] = {}
+        for name, nodes in sorted({**roles, **weights}.items()):
+            results["roles"][name] = {
+                "count": len(nodes),
+                "float": score(converted_run(sa._bypass(converted, (acts | every) - set(nodes)))),
+                "only": score(converted_run(sa._bypass(converted, set(nodes)))),
+            }
+            print(name, results["roles"][name], flush=True)
+    if args.out:
+        pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
