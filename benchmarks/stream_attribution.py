@@ -14,6 +14,9 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
   --sensitivity  the fp32 model with Gaussian noise of a relative RMS added to its state
                  outputs (or to its first input) every frame: the closed loop's own gain on
                  noise, which no quantization can beat
+  --sqrt_table N the fp32 model with each sqrt replaced by an N-entry linearly interpolated
+                 table over [0, its largest input in calibration] (ExecuTorch's int16 sqrt:
+                 513 entries), everything else float
   --tosa         also lower it (flow.lower, the same calibration) and measure the program on
                  the TOSA reference model in the same closed loop: the simulation checked
 """
@@ -73,6 +76,47 @@ def _prepared(name: str, cache: str, work: str):
     )
 
 
+def _with_sqrt_table(module, calibrate, entries: int):
+    """`run(inputs)` of `module` with every sqrt an interpolated table over [0, the largest
+    value it saw on `calibrate`]."""
+    import copy
+
+    module = copy.deepcopy(module)
+    roots = [n for n in module.graph.nodes if "sqrt" in n.name.lower()]
+    highest = {n.name: 0.0 for n in roots}
+
+    class Seen(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if n.name in highest:
+                highest[n.name] = max(highest[n.name], float(self.env[n.args[0]].max()))
+            return out
+
+    with torch.no_grad():
+        for sample in calibrate:
+            Seen(module).run(*sample)
+
+    class Table(torch.nn.Module):
+        def __init__(self, hi):
+            super().__init__()
+            self.hi, self.ys = hi, torch.sqrt(torch.linspace(0, hi, entries))
+
+        def forward(self, x):
+            pos = torch.clamp(x, 0, self.hi) / self.hi * (entries - 1)
+            i = torch.clamp(pos.floor().long(), max=entries - 2)
+            return self.ys[i] + (pos - i) * (self.ys[i + 1] - self.ys[i])
+
+    for n in roots:
+        name = f"sqrt_table_{n.name}"
+        module.add_module(name, Table(highest[n.name]))
+        with module.graph.inserting_after(n):
+            table = module.graph.call_module(name, (n.args[0],))
+        n.replace_all_uses_with(table)
+        module.graph.erase_node(n)
+    module.recompile()
+    return accuracy.of_module(module)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a benchmarks/real_models.py name")
@@ -81,6 +125,7 @@ def main() -> None:
     parser.add_argument("--roles", action="store_true")
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument("--tosa", action="store_true")
+    parser.add_argument("--sqrt_table", type=int, default=0)
     parser.add_argument("--keep_recurrent_on_cpu", action="store_true", help="in float")
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument(
@@ -128,6 +173,11 @@ def main() -> None:
         converted = convert_pt2e(prepared, fold_quantize=False)  # weights can stay float
     results["all"] = score(converted_run(converted))
     print("all", results["all"], flush=True)
+    if args.sqrt_table:
+        results["sqrt_table"] = score(
+            accuracy.outputs(_with_sqrt_table(module, calibrate, args.sqrt_table), evaluation)
+        )
+        print(f"sqrt as a {args.sqrt_table}-entry table", results["sqrt_table"], flush=True)
     if args.tosa:
         from recurrent_lowering.tools.lowering.npu import _closed_loops
 
