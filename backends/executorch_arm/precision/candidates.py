@@ -88,10 +88,10 @@ def _worst(scores: list) -> float:
 def reaching(o: Options, plans: list, predict) -> list[ArmPlan]:
     """`plans` (candidates') with auto's choice held to `o.target_sqnr` on every output, as
     `predict(plan) -> [dB per output]` (a simulation) says. The choice stands when it reaches
-    the target; else the wider candidates (in cycles order, up to REASONABLE x int8) are
-    simulated until one does. A choice made for accuracy has no fallback on cycles; when
-    none reaches the target, the most accurate goes first, its choice naming the output
-    that limits it."""
+    the target, made for accuracy when its int8 fallback would not reach it; else the wider
+    candidates (in cycles order, up to REASONABLE x int8) are simulated until one does. A
+    choice made for accuracy has no fallback on cycles; when none reaches the target, the
+    most accurate goes first, its choice naming the output that limits it."""
     first = plans[0]
     choice = first.precision
     if choice is None or choice.why is not None:
@@ -100,6 +100,10 @@ def reaching(o: Options, plans: list, predict) -> list[ArmPlan]:
     predicted = {choice.name: predict(first)}
     chosen = dataclasses.replace(choice, predicted=predicted, min_sqnr=target)
     if _worst(predicted[choice.name]) >= target:
+        if len(plans) > 1:  # would the int8 fallback on cycles (misfit) reach it too?
+            predicted["int8"] = predict(plans[-1])
+            needed = _worst(predicted["int8"]) < target
+            chosen = dataclasses.replace(chosen, for_accuracy=needed)
         return [dataclasses.replace(first, precision=chosen), *plans[1:]]
     order = list(cost_model.CANDIDATES)
     rank = {name: k for k, (name, _, _) in enumerate(order)}  # most accurate first
