@@ -108,7 +108,7 @@ def role(q) -> str:
     return f"{kind}>{'|'.join(users)}"
 
 
-def _bypass(gm, keep_quantized):
+def bypass(gm, keep_quantized):
     """A copy of gm where only the quantizes named in `keep_quantized` round."""
     gm = copy.deepcopy(gm)
     for n in list(gm.graph.nodes):
@@ -119,6 +119,15 @@ def _bypass(gm, keep_quantized):
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return gm
+
+
+def weight_quantizes(gm) -> dict:
+    """weight_role -> the per-channel weight quantize nodes of that role."""
+    out = collections.defaultdict(list)
+    for n in gm.graph.nodes:
+        if _is(n, _Q_CH):
+            out[weight_role(n)].append(n.name)
+    return out
 
 
 def weight_role(q) -> str:
@@ -137,7 +146,7 @@ def attribute(gm, inputs, reference) -> dict:
 
     def noise(keep):
         with torch.no_grad():
-            out = run_graph(_bypass(gm, keep), *inputs, record=False)
+            out = run_graph(bypass(gm, keep), *inputs, record=False)
             out = out.numpy().astype(np.float64)
         return float(np.sum((out - reference) ** 2))
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import pathlib
@@ -46,6 +47,14 @@ from recurrent_lowering.benchmarks import caller_directory, real_models, speech
 from recurrent_lowering.benchmarks import sqnr_attribution as sa
 from recurrent_lowering.runtime import streams
 from recurrent_lowering.tools.lowering import calibration, model_source, onnx_route
+
+
+class _Silent:
+    """A progress that reports nothing (onnx_route.prepare's stages)."""
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        yield
 
 
 def _prepared(name: str, cache: str, work: str):
@@ -72,7 +81,7 @@ def _prepared(name: str, cache: str, work: str):
         calibration.load_samples(files[0], specs),
         calibration.load_samples(files[1], specs),
         report,
-        flow._Silent(),
+        _Silent(),
     )
 
 
@@ -179,11 +188,11 @@ def main() -> None:
         )
         print(f"sqrt as a {args.sqrt_table}-entry table", results["sqrt_table"], flush=True)
     if args.tosa:
-        from recurrent_lowering.tools.lowering.npu import _closed_loops
+        from recurrent_lowering.tools.lowering.npu import closed_loops
 
         with tempfile.TemporaryDirectory() as work:
             lowered = flow.lower(module, example, options, work, calibration_inputs=calibrate)
-            _, tosa = _closed_loops(lowered, module, evaluation.samples, state)
+            _, tosa = closed_loops(lowered, module, evaluation.samples, state)
         results["tosa"] = score([np.reshape(t, np.shape(r)) for t, r in zip(tosa, reference)])
         results["tosa"]["cycles"] = int(lowered.vela.summary.cycles) if lowered.vela else None
         print("TOSA reference model", results["tosa"], flush=True)
@@ -211,14 +220,11 @@ def main() -> None:
         roles = collections.defaultdict(list)
         for q, chain in sa.lossy_quantizes(converted).items():
             roles[sa.role(q)].extend(n.name for n in chain)
-        weights = collections.defaultdict(list)
-        for n in converted.graph.nodes:
-            if sa._is(n, sa._Q_CH):
-                weights[sa.weight_role(n)].append(n.name)
+        weights = sa.weight_quantizes(converted)
         acts = {n for names in roles.values() for n in names}
         every = {n for names in weights.values() for n in names}
-        results["weights_only"] = score(converted_run(sa._bypass(converted, every)))
-        results["activations_only"] = score(converted_run(sa._bypass(converted, acts)))
+        results["weights_only"] = score(converted_run(sa.bypass(converted, every)))
+        results["activations_only"] = score(converted_run(sa.bypass(converted, acts)))
         print(
             "weights only", results["weights_only"], "activations only", results["activations_only"]
         )
@@ -226,8 +232,8 @@ def main() -> None:
         for name, nodes in sorted({**roles, **weights}.items()):
             results["roles"][name] = {
                 "count": len(nodes),
-                "float": score(converted_run(sa._bypass(converted, (acts | every) - set(nodes)))),
-                "only": score(converted_run(sa._bypass(converted, set(nodes)))),
+                "float": score(converted_run(sa.bypass(converted, (acts | every) - set(nodes)))),
+                "only": score(converted_run(sa.bypass(converted, set(nodes)))),
             }
             print(name, results["roles"][name], flush=True)
     if args.out:

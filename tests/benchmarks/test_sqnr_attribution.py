@@ -29,8 +29,8 @@ def test_bypass_all_or_nothing(converted):
     module, inputs, gm = converted
     with torch.no_grad():
         eager, converted = module(*inputs).numpy(), gm(*inputs).numpy()
-        kept = sa._bypass(gm, _quantizes(gm))(*inputs).numpy()
-        none = sa._bypass(gm, set())(*inputs).numpy()
+        kept = sa.bypass(gm, _quantizes(gm))(*inputs).numpy()
+        none = sa.bypass(gm, set())(*inputs).numpy()
     np.testing.assert_array_equal(kept, converted)
     np.testing.assert_allclose(none, eager, atol=1e-6)
     assert np.max(np.abs(converted - eager)) > 1e-4  # the quantization does change the output

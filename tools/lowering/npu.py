@@ -189,7 +189,7 @@ def _outputs(out) -> list:
     return [a for o in out for a in _outputs(o)]
 
 
-def _closed_loops(result, module, samples, state, reference=None):
+def closed_loops(result, module, samples, state, reference=None):
     """(fp32 outputs, TOSA reference model outputs, and `reference`'s when given), each a list
     per output of the samples' values stacked: each run in its own closed loop when the model
     is a stream (streams.py), else sample by sample."""
@@ -314,7 +314,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
         with progress.stage("numerics on the TOSA reference model"):
             try:
-                runs = _closed_loops(
+                runs = closed_loops(
                     result, module, measure, state, onnx.reference if onnx else None
                 )
             except arm_numerics.NumericsError as e:
