@@ -46,6 +46,7 @@ from recurrent_lowering.backends.onnx.input_sizes import input_specs
 from recurrent_lowering.benchmarks import caller_directory, real_models, speech
 from recurrent_lowering.benchmarks import sqnr_attribution as sa
 from recurrent_lowering.runtime import streams
+from recurrent_lowering.runtime.metrics import sqnr_per_output
 from recurrent_lowering.tools.lowering import calibration, model_source, onnx_route
 
 
@@ -156,7 +157,7 @@ def main() -> None:
     results: dict = {"model": args.model, "target": args.target, "samples": len(prep.evaluation)}
 
     def score(outs) -> dict:
-        out = {"sqnr_db": [round(x, 2) for x in accuracy.sqnr_per_output(reference, outs)]}
+        out = {"sqnr_db": [round(x, 2) for x in sqnr_per_output(reference, outs)]}
         if reference[0].min() >= 0 and reference[0].max() <= 1:  # a probability
             same = (reference[0].ravel() > 0.5) == (np.reshape(outs[0], -1) > 0.5)
             out["decisions_equal"] = round(float(np.mean(same)), 4)

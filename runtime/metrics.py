@@ -16,3 +16,9 @@ def sqnr_db(reference, actual) -> float:
     if noise == 0.0:
         return math.inf
     return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf
+
+
+def sqnr_per_output(reference: list, actual: list) -> list[float]:
+    """SQNR of each output: one figure over all hides a state output that went wrong
+    behind a large one, or a small one behind a state."""
+    return [sqnr_db(np.ravel(r), np.ravel(a)) for r, a in zip(reference, actual, strict=True)]

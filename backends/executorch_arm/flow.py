@@ -37,6 +37,7 @@ from typing import Optional, Sequence
 import torch
 
 from recurrent_lowering.runtime import tosa_flatbuffer, vela
+from recurrent_lowering.runtime.metrics import sqnr_per_output
 
 from . import compat
 from .compat import compile_specs, factory
@@ -187,10 +188,11 @@ def lower(
     times: dict = {}
     with _timed(times, "precision", progress, "choose the precision per region"):
         plans = precision.candidates(options, module, tuple(example_inputs))
-    if plans[0].precision is None or plans[0].precision.why is not None:
-        times.pop("precision")  # nothing was weighed
+    weighed = plans[0].precision is not None and plans[0].precision.why is None
+    if not weighed:
+        times.pop("precision")
     quantized: dict = {}  # plan -> (converted module, quantizer): simulated, then lowered
-    if plans[0].precision is not None and plans[0].precision.why is None:
+    if weighed:
         samples = evaluation or accuracy.Evaluation(calibration_inputs or [tuple(example_inputs)])
         predict = _predictor(module, example_inputs, calibration_inputs, samples, quantized)
         with _timed(times, "accuracy", progress, "predict the candidates' accuracy"):
@@ -229,7 +231,7 @@ def _predictor(module, example_inputs, calibration_inputs, evaluation, quantized
             )
         quantized[_key(plan)] = (converted, quantizer)
         simulated = accuracy.outputs(accuracy.of_module(converted, converted=True), evaluation)
-        return accuracy.sqnr_per_output(reference, simulated)
+        return sqnr_per_output(reference, simulated)
 
     return predict
 

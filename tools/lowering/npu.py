@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 
 from recurrent_lowering.runtime import streams
+from recurrent_lowering.runtime.metrics import sqnr_per_output
 
 from . import calibration, console
 from .errors import LoweringError
-from .numerics import compare, sqnr_per_output
+from .numerics import compare
 from .plot import plot_error_per_timestep
 
 
@@ -180,39 +181,21 @@ def lower(source, options, staging, output, report, progress) -> None:
         _lower(source, options, staging, output, report, progress)
 
 
-def _outputs(out) -> list:
-    """A module's outputs, flat, as numpy arrays."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out.detach().numpy()]
-    return [a for o in out for a in _outputs(o)]
-
-
 def closed_loops(result, module, samples, state, reference=None):
     """(fp32 outputs, TOSA reference model outputs, and `reference`'s when given), each a list
     per output of the samples' values stacked: each run in its own closed loop when the model
     is a stream (streams.py), else sample by sample."""
     import torch
 
+    from recurrent_lowering.backends.executorch_arm.precision import accuracy
     from recurrent_lowering.runtime import arm_numerics
 
-    def as_tensors(inputs):
-        return [torch.as_tensor(np.asarray(a)) for a in inputs]
-
-    def fp32(inputs):
-        with torch.no_grad():
-            return _outputs(module(*as_tensors(inputs)))
-
     def npu(inputs):
-        return arm_numerics.run(result, as_tensors(inputs))
+        return arm_numerics.run(result, [torch.as_tensor(np.asarray(a)) for a in inputs])
 
-    runs = [fp32, npu] + ([reference] if reference is not None else [])
-    stacked = []
-    for run in runs:
-        _, outs = streams.fed_back(run, samples, state)
-        stacked.append([np.stack([np.asarray(o[k]) for o in outs]) for k in range(len(outs[0]))])
-    return stacked
+    runs = [accuracy.of_module(module), npu] + ([reference] if reference is not None else [])
+    evaluation = accuracy.Evaluation(samples, state)
+    return [accuracy.outputs(run, evaluation) for run in runs]
 
 
 def _lower(source, options, staging, output, report, progress) -> None:
@@ -220,7 +203,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
 
     from recurrent_lowering.backends.executorch_arm import flow
     from recurrent_lowering.backends.executorch_arm.options import OptionError, check
-    from recurrent_lowering.backends.executorch_arm.precision.accuracy import Evaluation
+    from recurrent_lowering.backends.executorch_arm.precision import accuracy
     from recurrent_lowering.runtime import arm_numerics
 
     try:
@@ -266,7 +249,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
     state = []
     if options.stream:
         with torch.no_grad():
-            state = streams.pairs([t.numpy() for t in example], _outputs(module(*example)))
+            state = streams.pairs([t.numpy() for t in example], accuracy.flat(module(*example)))
     if state:
         input_names = list(report["numerics"]["input_shapes"])
         report["numerics"]["stream"] = [
@@ -274,12 +257,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
             for i, j in state
         ]
         if len(calibrate) > 1:  # states from the fp32 stream, not each sample's own
-
-            def fp32(inputs):
-                with torch.no_grad():
-                    return _outputs(module(*(torch.as_tensor(np.asarray(a)) for a in inputs)))
-
-            taken, _ = streams.fed_back(fp32, calibrate, state)
+            taken, _ = streams.fed_back(accuracy.of_module(module), calibrate, state)
             calibrate = [tuple(torch.as_tensor(np.asarray(a)) for a in x) for x in taken]
     report["numerics"]["samples"] = {"calibration": len(calibrate), "evaluation": len(measure)}
     work = tempfile.mkdtemp(prefix="lower-")
@@ -292,7 +270,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
                 work,
                 calibration_inputs=calibrate,
                 progress=progress,
-                evaluation=Evaluation(measure, state),
+                evaluation=accuracy.Evaluation(measure, state),
             )
         except arm_numerics.NumericsError as e:
             raise LoweringError(str(e)) from e

@@ -34,12 +34,6 @@ def compare(reference: Any, actual: Any) -> dict[str, float]:
     }
 
 
-def sqnr_per_output(reference: list, actual: list) -> list[float]:
-    """SQNR of each output: one figure over all hides a state output that went wrong
-    behind a large one, or a small one behind a state."""
-    return [sqnr_db(np.ravel(r), np.ravel(a)) for r, a in zip(reference, actual, strict=True)]
-
-
 def count_call_functions(graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "call_function")
 

@@ -16,7 +16,6 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from recurrent_lowering.runtime.metrics import sqnr_db
 from recurrent_lowering.runtime.streams import fed_back
 
 from ..loop.op import run_graph
@@ -57,10 +56,3 @@ def of_module(module, converted: bool = False) -> Callable:
             )
 
     return run
-
-
-def sqnr_per_output(reference: list, actual: list) -> list:
-    return [
-        sqnr_db(np.ravel(r).astype(np.float64), np.ravel(a).astype(np.float64))
-        for r, a in zip(reference, actual, strict=True)
-    ]
