@@ -142,6 +142,42 @@ def test_calibration_fixes_the_lengths_an_unrolled_rewrite_needs(tmp_path):
     assert not ops & {"GRU", "Scan", "Loop"}  # unrolled
 
 
+def test_an_unrolled_rewrite_fixes_the_integer_inputs_that_pick_a_branch(tmp_path):
+    """silero-vad's LSTM sits in an If on its sample-rate input, where no input shape reaches
+    it: --calibration's sr makes the If fold (as on the NPU targets), the LSTM unrolls, and
+    the rewritten model takes the float inputs only, and says so."""
+    import importlib.resources
+
+    path = importlib.resources.files("silero_vad") / "data" / "silero_vad.onnx"
+    with importlib.resources.as_file(path) as p:
+        onnx.save(onnx.load(str(p)), str(tmp_path / "vad.onnx"))
+    rng = np.random.default_rng(2)
+    audio = (0.3 * rng.standard_normal((1, 576))).astype(np.float32)
+    state = (0.1 * rng.standard_normal((2, 1, 128))).astype(np.float32)
+    sr = np.array(16000, np.int64)
+    np.savez(tmp_path / "c.npz", input=audio, state=state, sr=sr)
+    args = ["vad.onnx", "--target=onnx", "--calibration=c.npz", "--emission=unrolled"]
+    result = run_lower([*args, "--report=r.json", "--output=u.onnx"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["warnings"][0] == (
+        "integer inputs fixed to their values in the numerics inputs (sr = 16000): the "
+        "rewritten model takes the float inputs only"
+    )
+    rewritten = onnx.load(str(tmp_path / "u.onnx"))
+    assert not {n.op_type for n in rewritten.graph.node} & {"LSTM", "If", "Scan", "Loop"}
+    assert [i.name for i in rewritten.graph.input] == ["input", "state"]
+    want = ort.InferenceSession(str(tmp_path / "vad.onnx")).run(
+        None, {"input": audio, "state": state, "sr": sr}
+    )
+    got = ort.InferenceSession(rewritten.SerializeToString()).run(
+        None, {"input": audio, "state": state}
+    )
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+    assert report["numerics"]["max_abs_err"] <= 1e-5
+
+
 def test_generated_inputs_say_what_they_are(tmp_path):
     """No --calibration: the dynamic length gets the default time steps, sequence_lens the
     full length, and the report says so and gives the shapes its check used."""

@@ -90,7 +90,7 @@ def _samples(source, specs, calibration, evaluation, report, progress):
     return [generated.feeds], [generated.feeds]
 
 
-def _scalar_integers(all_feeds: list, report: dict) -> dict:
+def scalar_integers(all_feeds: list, report: dict, program: str = "the NPU program") -> dict:
     """The single-element integer inputs (a sample rate, a mode switch): an NPU program
     is static, so they become constants at their --calibration (or generated) values, the
     same in every sample, and the If nodes and shapes they decide fold away."""
@@ -109,8 +109,8 @@ def _scalar_integers(all_feeds: list, report: dict) -> dict:
     if constants:
         fixed = ", ".join(f"{name} = {a.reshape(-1)[0]}" for name, a in constants.items())
         report["warnings"].append(
-            f"integer inputs fixed to their values in the numerics inputs ({fixed}): the "
-            "NPU program takes the float inputs only"
+            f"integer inputs fixed to their values in the numerics inputs ({fixed}): "
+            f"{program} takes the float inputs only"
         )
     return constants
 
@@ -132,7 +132,7 @@ def prepare(source, options, calibration, evaluation, report, progress) -> Prepa
     calibrate, measure = _samples(source, specs, calibration, evaluation, report, progress)
     feeds = calibrate[0]
     report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
-    constants = _scalar_integers(calibrate + measure, report)
+    constants = scalar_integers(calibrate + measure, report)
     try:
         with progress.stage("specialise to the input shapes"):
             model = specialize(

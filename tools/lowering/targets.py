@@ -113,10 +113,13 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
     model = source.program
     if arrays is not None and emission == "unrolled":  # unrolling needs static lengths
         from recurrent_lowering.backends.onnx.specialize import specialize
+        from recurrent_lowering.tools.lowering.onnx_route import scalar_integers
 
-        shapes = {name: a.shape for a, (name, _, _) in zip(arrays, specs)}
+        given = {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
+        constants = scalar_integers([given], report, "the rewritten model")
+        shapes = {name: a.shape for name, a in given.items() if name not in constants}
         with progress.stage("specialise to the --calibration shapes"):
-            model = specialize(source.program, shapes, {})
+            model = specialize(source.program, shapes, constants)
         fixed = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
         report["warnings"].append(
             f"--emission unrolled: the rewritten model takes the --calibration shapes only "
