@@ -177,7 +177,9 @@ def main() -> None:
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         gm = module_of(torch.export.export(flow.eval_mode(module), tuple(example)))
-        prepared = prepare_pt2e(gm, our_quantizer.create(spec, plan))
+        quantizer = our_quantizer.create(spec, plan)
+        quantizer.float_samples = calibrate
+        prepared = prepare_pt2e(gm, quantizer)
         for sample in calibrate:
             run_graph(prepared, *sample)
         converted = convert_pt2e(prepared, fold_quantize=False)  # weights can stay float

@@ -147,8 +147,9 @@ def quantize(module, example_inputs, quantizer, calibration_inputs=None, progres
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     graph_module = module_of(torch.export.export(module, example_inputs))
-    prepared = prepare_pt2e(graph_module, quantizer)
     samples = calibration_inputs or [example_inputs]
+    quantizer.float_samples = samples
+    prepared = prepare_pt2e(graph_module, quantizer)
     for sample in (progress or _Silent()).steps(samples, "calibration samples"):
         run_graph(prepared, *sample)  # loop nodes record their steps' inputs
     return convert_pt2e(prepared)

@@ -3,6 +3,8 @@
 The quantization of a plan, in the order it runs:
 
   transform_for_annotation
+    0. in int16, a magnitude sqrt(a*a + b*b) over two ranges (magnitude.py), from the
+       float values on `float_samples`;
     1. recurrent ops become the core's elementary ops (emission.decompose, the plan's core
        plan and recurrent product; nodes the Arm quantizer leaves in float keep their op),
        so ExecuTorch's annotators see ops they know and its DecomposeGru/Lstm/RnnPass find
@@ -12,7 +14,8 @@ The quantization of a plan, in the order it runs:
        precision on their modules (set_module_type), none with keep_recurrent_on_cpu;
     3. weights every step reads narrowed to recurrent_weight_bits (weights.py);
     4. loop nodes annotated, their steps given their config (loop.quantization);
-    5. an int16 clip quantized to its own range (clip.py);
+    5. an int16 clip quantized to its own range (clip.py), and a split magnitude's
+       coarse root reading its input's (magnitude.py);
     6. int16 recurrent layers in an int8 rest: moves after a layer keep its int16
        (regions.py);
     7. recurrent layers kept on the CPU: no annotation inside them (float);
@@ -35,7 +38,7 @@ from ..emission.origin import layer_of
 from ..loop.quantization import annotate_loops
 from ..plan import ArmPlan, quantization_config
 from ..recurrent_ops.aten import MODULE_TYPES
-from . import clip, regions, states, weights
+from . import clip, magnitude, regions, states, weights
 
 _Q_KEY = "quantization_annotation"
 
@@ -44,9 +47,13 @@ class _Policies:
     plan: ArmPlan
     narrowed = 0  # after annotate: unrolled products and loop-form steps narrowed
     state_pairs: list = []  # (initial state input, final state output index), found in TFA
+    float_samples: list = []  # calibration inputs, for ranges needed before annotation
+    magnitudes = 0  # after TFA: magnitudes computed over two ranges
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
+        if plan.activations == "int16":
+            self.magnitudes = magnitude.split(model, self.float_samples)
         share = plan.share_state and not plan.keep_recurrent_on_cpu
         self.state_pairs = states.state_pairs(model.graph) if share else []  # ops still whole
         self.decompose(model)
@@ -77,6 +84,7 @@ class _Policies:
             step_config = weights.narrow(step_config or config, bits)
         loops = annotate_loops(graph, config, step_config)
         clip.clip_by_range(graph)
+        magnitude.share_above(graph)
         if plan.recurrent_activations not in (None, plan.activations) and config is not None:
             regions.fold_boundaries(graph)
         if narrow:  # every loop's step holds only per-step weights
