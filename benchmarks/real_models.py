@@ -504,6 +504,13 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=100, help="T where time is dynamic")
     parser.add_argument("--quantization", default="auto", help="the CLI's --quantization")
     parser.add_argument(
+        "--evaluation",
+        type=int,
+        default=0,
+        help="held-out samples (frames of a stream, stretches of T frames) to measure on, at "
+        "most; default: each model's own",
+    )
+    parser.add_argument(
         "--audio",
         default="real",
         choices=("real", "synthetic"),
@@ -527,6 +534,7 @@ def main() -> None:
         flags += [f"--quantization {args.quantization}"]
     if args.audio != parser.get_default("audio"):
         flags += [f"--audio {args.audio}"]
+    flags += [f"--evaluation {args.evaluation}"] if args.evaluation else []
     if "BUILD_WORKING_DIRECTORY" in os.environ:  # under bazel run
         command = f"./bazelw run //benchmarks:real_models -- {' '.join(flags)}"
     else:
@@ -565,7 +573,8 @@ def main() -> None:
             else:
                 feeds = model.samples(proto, signals[0], model.calibration, args.frames)
                 evaluation = os.path.join(work, f"{model.name}.evaluation.npz")
-                held_out = model.samples(proto, signals[1], model.evaluation, args.frames)
+                limit = args.evaluation or model.evaluation
+                held_out = model.samples(proto, signals[1], limit, args.frames)
                 np.savez(evaluation, **held_out)
             np.savez(calibration, **feeds)
             for target in args.targets.split(","):
