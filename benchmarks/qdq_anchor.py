@@ -167,7 +167,7 @@ def measure(model, proto, signals, args, work: str) -> dict:
 
 def _figures(value) -> str:
     if isinstance(value, str):
-        return real_models._cell(value)
+        return value.replace("|", "\\|").replace("\n", " ")
     return " / ".join(f"{v:.1f}" for v in value)
 
 
