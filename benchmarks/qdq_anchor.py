@@ -33,27 +33,21 @@ import tempfile
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from recurrent_lowering.backends.onnx import input_sizes
 from recurrent_lowering.benchmarks import caller_directory, real_models, speech
 from recurrent_lowering.runtime import metrics, streams
+from recurrent_lowering.runtime.onnxruntime_session import session
 from recurrent_lowering.tools.lowering import calibration
 
 PRECISIONS = ("int8", "int16")
 
 
-def _session(path: str) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-
-
-def _runner(session: ort.InferenceSession, names: list):
+def _runner(program, names: list):
     """`run(inputs) -> outputs`, inputs in the original model's order `names`; the inputs
     the rewrite fixed to constants (silero-vad's sample rate) are not fed."""
-    taken = {i.name for i in session.get_inputs()}
-    return lambda inputs: session.run(
+    taken = {i.name for i in program.get_inputs()}
+    return lambda inputs: program.run(
         None, {n: a for n, a in zip(names, inputs, strict=True) if n in taken}
     )
 
@@ -102,7 +96,7 @@ def qdq(rewrite: str, out: str, names: list, taken: list, activations: str) -> s
         quantize_static,
     )
 
-    inputs = {i.name for i in _session(rewrite).get_inputs()}
+    inputs = {i.name for i in session(rewrite).get_inputs()}
     model = onnx.load(rewrite)
     if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 13:
         model = onnx.version_converter.convert_version(model, 13)  # per-channel: axis
@@ -129,7 +123,7 @@ def measure(model, proto, signals, args, work: str) -> dict:
     cal_path, eval_path = (os.path.join(work, f"{model.name}.{k}.npz") for k in ("cal", "eval"))
     np.savez(cal_path, **feeds)
     np.savez(eval_path, **held)
-    original = _session(path)
+    original = session(path)
     names = [i.name for i in original.get_inputs()]
     run = _runner(original, names)
     cal, ev = _samples(cal_path, proto), _samples(eval_path, proto)
@@ -149,7 +143,7 @@ def measure(model, proto, signals, args, work: str) -> dict:
         if error is None:
             try:
                 quantized = qdq(rewrite, f"{rewrite}.{precision}.onnx", names, taken, precision)
-                _, got = streams.fed_back(_runner(_session(quantized), names), ev, state)
+                _, got = streams.fed_back(_runner(session(quantized), names), ev, state)
                 record[f"qdq_{precision}"] = metrics.sqnr_per_output(reference, _stacked(got))
             except Exception as e:  # the anchor's failure is a row, not the end of the run
                 record[f"qdq_{precision}"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
