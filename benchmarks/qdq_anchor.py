@@ -56,10 +56,6 @@ def _samples(path: str, model: onnx.ModelProto) -> list:
     return calibration.load_samples(path, input_sizes.input_specs(model))
 
 
-def _stacked(produced: list) -> list:
-    return [np.stack([np.asarray(o[k]) for o in produced]) for k in range(len(produced[0]))]
-
-
 def _rewrite(path: str, feeds: str, out: str) -> str | None:
     """Our fp32 rewrite, recurrent nodes unrolled at the calibration's lengths; or the
     CLI's error line."""
@@ -130,7 +126,7 @@ def measure(model, proto, signals, args, work: str) -> dict:
     state = streams.pairs(ev[0], run(ev[0]))
     taken, _ = streams.fed_back(run, cal, state)  # the calibration's states: the fp32 stream's
     _, produced = streams.fed_back(run, ev, state)
-    reference = _stacked(produced)
+    reference = streams.stacked(produced)
     record = {
         "model": model.name,
         "outputs": [o.name for o in original.get_outputs()],
@@ -144,7 +140,8 @@ def measure(model, proto, signals, args, work: str) -> dict:
             try:
                 quantized = qdq(rewrite, f"{rewrite}.{precision}.onnx", names, taken, precision)
                 _, got = streams.fed_back(_runner(session(quantized), names), ev, state)
-                record[f"qdq_{precision}"] = metrics.sqnr_per_output(reference, _stacked(got))
+                got = streams.stacked(got)
+                record[f"qdq_{precision}"] = metrics.sqnr_per_output(reference, got)
             except Exception as e:  # the anchor's failure is a row, not the end of the run
                 record[f"qdq_{precision}"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
         else:

@@ -48,3 +48,8 @@ def fed_back(run: Callable, samples: Sequence, state: list[tuple[int, int]]) -> 
         produced.append(outputs)
         previous = outputs
     return taken, produced
+
+
+def stacked(produced: Sequence) -> list:
+    """Each output's values over the steps of `fed_back`, stacked on a leading axis."""
+    return [np.stack([np.asarray(o[k]) for o in produced]) for k in range(len(produced[0]))]

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from recurrent_lowering.runtime.streams import fed_back
+from recurrent_lowering.runtime.streams import fed_back, stacked
 
 from ..loop.op import run_graph
 
@@ -41,7 +41,7 @@ def outputs(run: Callable, evaluation: Evaluation) -> list:
     """`run(inputs) -> outputs` over the samples (closed loop for a stream), each output's
     values stacked over the samples."""
     _, produced = fed_back(run, evaluation.samples, list(evaluation.state))
-    return [np.stack([np.asarray(o[k]) for o in produced]) for k in range(len(produced[0]))]
+    return stacked(produced)
 
 
 def of_module(module, converted: bool = False) -> Callable:
