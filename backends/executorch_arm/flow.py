@@ -5,7 +5,8 @@
                                        accuracy target on the evaluation samples
                                        (precision.candidates.reaching, each candidate
                                        simulated by precision.accuracy), lower the first
-                                       that fits
+                                       that fits, verify it on the TOSA reference model
+                                       (a miss lowers precision.candidates.widening's)
   lower_first(module, inputs, plans)   the plans in order: a plan that fails to lower, or
                                        that Vela measures over its budget, gives way to the
                                        next (precision.candidates.misfit)
@@ -91,6 +92,9 @@ class LoweringResult:
     boundaries: dict = dataclasses.field(default_factory=dict)  # tag -> cpu_reasons.Boundary
     narrowed: int = 0  # products whose weights recurrent_weight_bits narrowed
     state_pairs: list = dataclasses.field(default_factory=list)  # (h0 input, h_n output index)
+    # auto's verification: the TOSA reference model's outputs on the evaluation samples, each
+    # stacked over them (precision.accuracy.outputs), so the caller need not run them again.
+    tosa_outputs: Optional[list] = None
 
     @property
     def precision(self):
@@ -168,6 +172,7 @@ def lower(
     progress=None,
     run_vela: bool = True,
     evaluation: Optional[accuracy.Evaluation] = None,
+    verify: bool = True,
     **fields,
 ) -> LoweringResult:
     """Lower `module` as `options` say (an Options, or a target name with Options' fields as
@@ -175,7 +180,9 @@ def lower(
 
     INT and Ethos-U targets are quantized, calibrated on `calibration_inputs` (default: the
     example inputs). `quantization="auto"` holds its choice to `min_sqnr` on `evaluation`
-    (default: the calibration samples, no state fed back). For Ethos-U targets
+    (default: the calibration samples, no state fed back), predicted by simulation and,
+    when `verify`, measured on the TOSA reference model after lowering
+    (`result.tosa_outputs`), a miss lowering the next wider candidate. For Ethos-U targets
     `result.vela` (when `run_vela`) is Vela's per-layer estimate. `progress` (an object
     with `stage(label)`, a context manager, and `steps(items, description)`) hears of each
     stage. Raises options.OptionError for options
@@ -192,22 +199,17 @@ def lower(
     weighed = plans[0].precision is not None and plans[0].precision.why is None
     if not weighed:
         times.pop("precision")
-    quantized: dict = {}  # plan -> (converted module, quantizer): simulated, then lowered
+    judge = None
     if weighed:
         samples = evaluation or accuracy.Evaluation(calibration_inputs or [tuple(example_inputs)])
-        predict = _predictor(module, example_inputs, calibration_inputs, samples, quantized)
+        judge = _Judge(module, example_inputs, calibration_inputs, samples)
         with _timed(times, "accuracy", progress, "predict the candidates' accuracy"):
-            plans = precision.reaching(options, plans, predict)
-    result = lower_first(
-        module,
-        example_inputs,
-        plans,
-        artifact_dir,
-        calibration_inputs,
-        progress,
-        run_vela,
-        quantized,
-    )
+            plans = precision.reaching(options, plans, judge.predict)
+    args = (artifact_dir, calibration_inputs, progress, run_vela)
+    quantized = judge.quantized if judge else None
+    result = lower_first(module, example_inputs, plans, *args, quantized)
+    if judge is not None and verify:
+        result = _verified(options, module, example_inputs, result, judge, args, times)
     result.times = {**times, **result.times}
     return result
 
@@ -216,25 +218,73 @@ def _key(plan: ArmPlan) -> ArmPlan:
     return dataclasses.replace(plan, precision=None)
 
 
-def _predictor(module, example_inputs, calibration_inputs, evaluation, quantized: dict):
-    """`predict(plan) -> [dB per output]`: the plan's converted module (kept in `quantized`
-    for its lowering) against `module` on `evaluation` (precision.accuracy)."""
-    reference: list = []
+class _Judge:
+    """A candidate's accuracy against `module` on `evaluation`: `predict(plan)` simulates
+    its converted module (kept in `quantized` for its lowering, precision.accuracy);
+    `measure(result)` runs the lowered program on the TOSA reference model, keeping its
+    outputs in `result.tosa_outputs`. Both -> [dB per output]."""
 
-    def predict(plan: ArmPlan) -> list:
-        if not reference:
-            reference.extend(accuracy.outputs(accuracy.of_module(module), evaluation))
+    def __init__(self, module, example_inputs, calibration_inputs, evaluation):
+        self.module, self.example_inputs = module, tuple(example_inputs)
+        self.calibration_inputs, self.evaluation = calibration_inputs, evaluation
+        self.quantized: dict = {}  # plan -> (converted module, quantizer)
+        self._reference: list = []
+
+    def reference(self) -> list:
+        if not self._reference:
+            run = accuracy.of_module(self.module)
+            self._reference.extend(accuracy.outputs(run, self.evaluation))
+        return self._reference
+
+    def predict(self, plan: ArmPlan) -> list:
         with tempfile.TemporaryDirectory() as scratch, compat.lowering():
             spec = compile_spec(plan.target, pathlib.Path(scratch), None, None)
             quantizer = our_quantizer.create(spec, plan)
             converted = quantize(
-                eval_mode(module), tuple(example_inputs), quantizer, calibration_inputs
+                eval_mode(self.module), self.example_inputs, quantizer, self.calibration_inputs
             )
-        quantized[_key(plan)] = (converted, quantizer)
-        simulated = accuracy.outputs(accuracy.of_module(converted, converted=True), evaluation)
-        return sqnr_per_output(reference, simulated)
+        self.quantized[_key(plan)] = (converted, quantizer)
+        simulated = accuracy.outputs(accuracy.of_module(converted, converted=True), self.evaluation)
+        return sqnr_per_output(self.reference(), simulated)
 
-    return predict
+    def measure(self, result: "LoweringResult") -> list:
+        result.tosa_outputs = accuracy.outputs(accuracy.of_lowered(result), self.evaluation)
+        return sqnr_per_output(self.reference(), result.tosa_outputs)
+
+
+def _verified(options, module, example_inputs, result, judge: _Judge, args, times: dict):
+    """`result` with auto's choice measured on the TOSA reference model; when that misses
+    the target its simulation promised, the wider candidate precision.widening names is
+    lowered too (into a subdirectory) and precision.settled keeps the better."""
+    from recurrent_lowering.runtime.arm_numerics import NumericsError
+
+    progress = args[2]
+    try:
+        with _timed(times, "verify", progress, "verify the choice on the TOSA reference model"):
+            result.plan = precision.measured_as(result.plan, judge.measure(result))
+    except NumericsError:  # nothing to run there (the CLI reports why)
+        return result
+    if not precision.missed(options, result.plan):
+        return result
+    with _timed(times, "widen", progress, "predict the wider candidates' accuracy"):
+        wider = precision.widening(options, result.plan, judge.predict)
+    if wider is None:
+        return result
+    again = pathlib.Path(result.artifact_dir) / f"widened_{wider.precision.name}"
+    quantized = judge.quantized
+    second = lower_plan(module, example_inputs, wider, again, *args[1:], quantized)
+    try:
+        with _timed(times, f"verify ({wider.precision.name})", progress, "verify it too"):
+            second.plan = precision.measured_as(second.plan, judge.measure(second))
+    except NumericsError:
+        return result
+    plan = precision.settled(result.plan, second.plan)
+    kept, other = (
+        (second, result) if plan.precision.name == wider.precision.name else (result, second)
+    )
+    times.update({f"{k} ({other.precision.name})": t for k, t in other.times.items()})
+    kept.plan = plan
+    return kept
 
 
 def lower_first(
@@ -284,7 +334,7 @@ def lower_plan(
     quantized: Optional[dict] = None,
 ) -> LoweringResult:
     """Lower `module` by one plan (see the module docstring); `quantized` may hold its
-    converted module and quantizer already (flow._predictor's)."""
+    converted module and quantizer already (flow._Judge.predict's)."""
     with compat.lowering() if plan.ours else contextlib.nullcontext():
         return _lower_plan(
             module,

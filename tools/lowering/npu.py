@@ -184,18 +184,15 @@ def lower(source, options, staging, output, report, progress) -> None:
 def closed_loops(result, module, samples, state, reference=None):
     """(fp32 outputs, TOSA reference model outputs, and `reference`'s when given), each a list
     per output of the samples' values stacked: each run in its own closed loop when the model
-    is a stream (streams.py), else sample by sample."""
-    import torch
-
+    is a stream (streams.py), else sample by sample. The TOSA outputs are those auto's
+    verification ran on the same samples, when it did (flow.lower)."""
     from recurrent_lowering.backends.executorch_arm.precision import accuracy
-    from recurrent_lowering.runtime import arm_numerics
 
-    def npu(inputs):
-        return arm_numerics.run(result, [torch.as_tensor(np.asarray(a)) for a in inputs])
-
-    runs = [accuracy.of_module(module), npu] + ([reference] if reference is not None else [])
+    runs = [accuracy.of_module(module), accuracy.of_lowered(result)]
+    runs += [reference] if reference is not None else []
     evaluation = accuracy.Evaluation(samples, state)
-    return [accuracy.outputs(run, evaluation) for run in runs]
+    done = {1: result.tosa_outputs} if result.tosa_outputs is not None else {}  # auto verified
+    return [done.get(k) or accuracy.outputs(run, evaluation) for k, run in enumerate(runs)]
 
 
 def _lower(source, options, staging, output, report, progress) -> None:
@@ -368,6 +365,9 @@ def _report_lowering(options, result, report, output_names) -> None:
     if choice is not None and choice.fallback:
         again = "; lowered again in int8" if "measured" in choice.fallback else "; int8"
         report["warnings"].append(f"--quantization auto: {choice.fallback}{again}")
+    if choice is not None and choice.widened:
+        again = "" if "kept" in choice.widened else f"; lowered again in {choice.name}"
+        report["warnings"].append(f"--quantization auto: {choice.widened}{again}")
     if choice is not None and choice.short:
         scores = choice.predicted[choice.name]
         k = scores.index(min(scores))

@@ -56,3 +56,14 @@ def of_module(module, converted: bool = False) -> Callable:
             )
 
     return run
+
+
+def of_lowered(result) -> Callable:
+    """A lowering's (flow.LoweringResult) program on the TOSA reference model, as
+    `run(inputs) -> outputs` (runtime.arm_numerics; nothing runs an Ethos-U command stream)."""
+    from recurrent_lowering.runtime import arm_numerics
+
+    def run(inputs):
+        return arm_numerics.run(result, [torch.as_tensor(np.asarray(a)) for a in inputs])
+
+    return run

@@ -10,7 +10,10 @@ output gives way to the cheapest wider candidate that reaches it, or, when none 
 the most accurate within REASONABLE times int8's cycles. `flow.lower_first` lowers the
 first that fits:
 `misfit` says why a lowered plan does not (Vela measured it over its budget by more than
-the cost model's error), `fell_back` what replaces a plan that failed to lower.
+the cost model's error), `fell_back` what replaces a plan that failed to lower. The lowered
+choice is then verified: when the TOSA reference model measures an output under the target
+its simulation promised, `widening` names the one wider candidate to lower after it, and
+`settled` keeps whichever of the two measures better (a second lowering only on a miss).
 """
 
 from __future__ import annotations
@@ -106,15 +109,8 @@ def reaching(o: Options, plans: list, predict) -> list[ArmPlan]:
             chosen = dataclasses.replace(chosen, for_accuracy=needed)
         return [dataclasses.replace(first, precision=chosen), *plans[1:]]
     order = list(cost_model.CANDIDATES)
-    rank = {name: k for k, (name, _, _) in enumerate(order)}  # most accurate first
-    wider = sorted(
-        (c for c in order if c[0] in choice.weighed and rank[c[0]] < rank[choice.name]),
-        key=lambda c: choice.estimates[c[0]],
-    )
     tried = {choice.name: first}
-    for name, rest, recurrent in wider:
-        if choice.estimates[name] > REASONABLE * choice.int8_estimate:
-            continue
+    for name, rest, recurrent in _wider(choice):
         tried[name] = _plan(o, rest, recurrent, 8, None)
         predicted[name] = predict(tried[name])
         if _worst(predicted[name]) >= target:
@@ -131,6 +127,101 @@ def reaching(o: Options, plans: list, predict) -> list[ArmPlan]:
     )
     plan = dataclasses.replace(tried[best], precision=chosen)
     return [plan, *plans[1:]] if best == choice.name else [plan, plans[-1]]
+
+
+def _wider(choice: Choice) -> list:
+    """The candidates more accurate than `choice`'s that it weighed, cheapest first, up to
+    REASONABLE x int8's estimated cycles."""
+    order = list(cost_model.CANDIDATES)
+    rank = {name: k for k, (name, _, _) in enumerate(order)}  # most accurate first
+    wider = [c for c in order if c[0] in choice.weighed and rank[c[0]] < rank[choice.name]]
+    within = [c for c in wider if choice.estimates[c[0]] <= REASONABLE * choice.int8_estimate]
+    return sorted(within, key=lambda c: choice.estimates[c[0]])
+
+
+def _limiting(scores: list) -> tuple:
+    k = scores.index(min(scores))
+    return k, scores[k]
+
+
+def measured_as(plan: ArmPlan, measured: list) -> ArmPlan:
+    """`plan` with its choice carrying what the TOSA reference model measured of it."""
+    choice = plan.precision
+    both = {**choice.measured, choice.name: list(measured)}
+    return dataclasses.replace(plan, precision=dataclasses.replace(choice, measured=both))
+
+
+def missed(o: Options, plan: ArmPlan) -> bool:
+    """Whether the TOSA reference model measured (`measured_as`) an output of auto's
+    lowered choice under `o.target_sqnr` that widening could still answer: the choice was
+    weighed, did not fall back, and was not already the most accurate predicted (`short`)."""
+    choice = plan.precision
+    if choice is None or choice.why is not None or choice.fallback or choice.short:
+        return False
+    measured = choice.measured.get(choice.name)
+    return bool(measured) and _worst(measured) < o.target_sqnr
+
+
+def widening(o: Options, plan: ArmPlan, predict) -> Optional[ArmPlan]:
+    """The plan to lower after `plan`, auto's lowered choice, when the TOSA reference model
+    measured (`measured_as`) an output of it under `o.target_sqnr` that its simulation said
+    would reach it (NSNet2 on ethos-u85-256, int8: 32.0 dB predicted, 23.7 measured): the
+    cheapest wider candidate (`_wider`) predicted to reach the target, else the one
+    predicted most accurate when that prediction beats the measurement. None when the
+    measurement reaches the target, or the choice fell back, was not weighed, or was
+    already the most accurate predicted (`short`)."""
+    if not missed(o, plan):
+        return None
+    choice, target = plan.precision, o.target_sqnr
+    measured = choice.measured[choice.name]
+    predicted, tried = dict(choice.predicted), {}
+    for name, rest, recurrent in _wider(choice):
+        tried[name] = _plan(o, rest, recurrent, 8, None)
+        if name not in predicted:
+            predicted[name] = predict(tried[name])
+        if _worst(predicted[name]) >= target:
+            break
+    if not tried:
+        return None
+    best = max(tried, key=lambda n: _worst(predicted[n]))  # the cheapest that reaches it
+    if _worst(predicted[best]) <= _worst(measured):
+        return None
+    k, worst = _limiting(measured)
+    said = choice.predicted.get(choice.name) or []
+    why = f"{choice.name} measured {worst:.1f} dB on output {k} on the TOSA reference model"
+    why += f", under the {target:g} dB target"
+    if k < len(said):
+        why += f" (predicted {said[k]:.1f})"
+    short = None
+    if _worst(predicted[best]) < target:
+        j, low = _limiting(predicted[best])
+        short = f"output {j} at {low:.1f} dB"
+    _, rest, recurrent = next(c for c in cost_model.CANDIDATES if c[0] == best)
+    chosen = dataclasses.replace(
+        choice,
+        name=best,
+        rest=rest,
+        recurrent=recurrent,
+        predicted=predicted,
+        for_accuracy=True,
+        widened=why,
+        short=short,
+    )
+    return dataclasses.replace(tried[best], precision=chosen)
+
+
+def settled(first: ArmPlan, second: ArmPlan) -> ArmPlan:
+    """Of auto's first choice and the wider candidate `widening` lowered after it, both
+    measured (`measured_as`), the one whose worst output measures higher, its choice
+    carrying both measurements and why it was widened."""
+    a, b = first.precision, second.precision
+    measured = {**a.measured, **b.measured}
+    if _worst(measured[b.name]) > _worst(measured[a.name]):
+        return dataclasses.replace(second, precision=dataclasses.replace(b, measured=measured))
+    k, worst = _limiting(measured[b.name])
+    why = f"{b.widened}; {b.name} measured {worst:.1f} dB on output {k}, no better: {a.name} kept"
+    kept = dataclasses.replace(a, measured=measured, predicted=b.predicted, widened=why)
+    return dataclasses.replace(first, precision=kept)
 
 
 def misfit(plan: ArmPlan, measured_cycles: Optional[int]) -> Optional[str]:

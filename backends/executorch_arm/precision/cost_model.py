@@ -125,6 +125,10 @@ class Choice:
     min_sqnr: Optional[float] = None
     for_accuracy: bool = False
     short: Optional[str] = None  # no candidate reached min_sqnr: the limiting output
+    # Verification (candidates.widening): the SQNR the TOSA reference model measured per
+    # output for each candidate lowered, and why a wider one was lowered after the first.
+    measured: dict = dataclasses.field(default_factory=dict)  # name -> [dB per output]
+    widened: Optional[str] = None
 
     @property
     def int8_estimate(self) -> float:
@@ -144,6 +148,12 @@ class Choice:
             report["predicted_sqnr_db"] = {
                 k: [round(x, 2) for x in v] for k, v in self.predicted.items()
             }
+        if self.measured:
+            report["measured_sqnr_db"] = {
+                k: [round(x, 2) for x in v] for k, v in self.measured.items()
+            }
+        if self.widened:
+            report["widened"] = self.widened
         if self.short:
             report["short"] = self.short
         if self.refused:
