@@ -206,8 +206,8 @@ def lower(
         with _timed(times, "accuracy", progress, "predict the candidates' accuracy"):
             plans = precision.reaching(options, plans, judge.predict)
     args = (artifact_dir, calibration_inputs, progress, run_vela)
-    quantized = judge.quantized if judge else None
-    result = lower_first(module, example_inputs, plans, *args, quantized)
+    quantized, predict = (judge.quantized, judge.predict) if judge else (None, None)
+    result = lower_first(module, example_inputs, plans, *args, quantized, predict)
     if judge is not None and verify:
         result = _verified(options, module, example_inputs, result, judge, args, times)
     result.times = {**times, **result.times}
@@ -296,10 +296,12 @@ def lower_first(
     progress=None,
     run_vela: bool = True,
     quantized: Optional[dict] = None,
+    predict=None,
 ) -> LoweringResult:
     """The first of `plans` that lowers and fits its budget (precision.candidates); the last
     is lowered whatever it measures. A plan that gives way hands its reason to the next
-    (`result.precision.fallback`)."""
+    (`result.precision.fallback`). `predict` (auto's simulation) asks, of a plan over its
+    budget, whether the next would still reach the accuracy target (precision.holds)."""
     plans, times = list(plans), {}
     args = (artifact_dir, calibration_inputs, progress, run_vela, quantized)
     for k, plan in enumerate(plans):
@@ -314,6 +316,9 @@ def lower_first(
         else:
             measured = result.vela.summary.cycles if result.vela is not None else None
             why = precision.misfit(plan, measured)
+            if why is not None and predict is not None:
+                plan = result.plan = precision.holds(result.plan, plans[k + 1], predict)
+                why = precision.misfit(plan, measured)
             if why is None:
                 result.times = {**times, **result.times}
                 return result

@@ -269,24 +269,36 @@ def _reaching(choice, scores, min_sqnr=30.0):
 
 
 def test_a_choice_that_reaches_the_target_stands():
-    """int16 within the budget reaches the target; int8, its fallback when Vela measures it
-    over the budget, is simulated too: if int8 reaches the target as well the fallback
-    stays, else the choice is made for accuracy (madmom's onsets BRNN on ethos-u55-128:
-    int16 predicted 33.3 dB at worst, measured over the budget, fell back to int8 at 20.6)."""
+    """int16 within the budget reaches the target and stands, simulated alone. Only when
+    Vela measures it over the budget is int8, its fallback, simulated (`holds`): if int8
+    reaches the target as well the fallback goes ahead, else the choice is made for
+    accuracy (madmom's onsets BRNN on ethos-u55-128: int16 predicted 33.3 dB at worst,
+    measured over the budget, fell back to int8 at 20.6)."""
     estimates = {"int16": 1000.0, "int16_recurrent": 1000.0, "int8": 1000.0}
     scores = {"int16": [40.0, 35.0], "int8": [33.0, 31.0]}
     plans, asked = _reaching(_choice("int16", estimates), scores)
-    assert asked == ["int16", "int8"]
+    assert asked == ["int16"]
     assert [p.precision and p.precision.name for p in plans] == ["int16", None]
     choice = plans[0].precision
-    assert choice.predicted == scores and not choice.for_accuracy
+    assert choice.predicted == {"int16": [40.0, 35.0]} and not choice.for_accuracy
     assert choice.report()["min_sqnr"] == 30.0
-    assert candidates.misfit(plans[0], 10**9) is not None  # int8 reaches it: cycles decide
+    assert candidates.misfit(plans[0], 10**9) is not None
+
+    def predict(plan):
+        asked.append(plan.activations)
+        return scores["int8"]
+
+    held = candidates.holds(plans[0], plans[1], predict)
+    assert asked == ["int16", "int8"]
+    assert held.precision.predicted == scores and not held.precision.for_accuracy
+    assert candidates.misfit(held, 10**9) is not None  # int8 reaches it: cycles decide
 
     scores = {"int16": [40.0, 35.0], "int8": [33.0, 21.0]}
     plans, _ = _reaching(_choice("int16", estimates), scores)
-    assert plans[0].precision.name == "int16" and plans[0].precision.for_accuracy
-    assert candidates.misfit(plans[0], 10**9) is None
+    held = candidates.holds(plans[0], plans[1], predict)
+    assert held.precision.name == "int16" and held.precision.for_accuracy
+    assert candidates.misfit(held, 10**9) is None
+    assert candidates.holds(held, plans[1], None) is held  # asked once
 
 
 def test_int8_short_of_the_target_gives_way_to_the_cheapest_wider_that_reaches_it():
