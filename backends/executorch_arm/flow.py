@@ -274,7 +274,10 @@ def _verified(options, module, example_inputs, result, judge: _Judge, args, time
     quantized = judge.quantized
     second = lower_plan(module, example_inputs, wider, again, *args[1:], quantized)
     try:
-        with _timed(times, f"verify ({wider.precision.name})", progress, "verify it too"):
+        name = wider.precision.name
+        with _timed(
+            times, f"verify ({name})", progress, f"verify {name} on the TOSA reference model"
+        ):
             second.plan = precision.measured_as(second.plan, judge.measure(second))
     except NumericsError:
         return result

@@ -113,10 +113,23 @@ def run(p: StepProgram, args: LoopArgs, record: bool = True) -> torch.Tensor:
     return torch.stack(ys + (states[1:] if args.final_c else []), 0)
 
 
+def _constant(n: Node, constants: dict) -> bool:
+    """Whether `n`'s value depends on the module's constants alone (a weight, its
+    dequantization): then it is the same on every run."""
+    if n.op == "get_attr":
+        return True
+    if n.op != "call_function" or n.target is OP:
+        return False
+    schema = getattr(n.target, "_schema", None)
+    if schema is None or schema.is_mutable:
+        return False
+    return all(a in constants for a in n.all_input_nodes)
+
+
 class _Runner(Interpreter):
-    def __init__(self, module: GraphModule, record: bool):
+    def __init__(self, module: GraphModule, record: bool, constants: Optional[dict]):
         super().__init__(module)
-        self.record = record
+        self.record, self.constants = record, constants
 
     def call_function(self, target, args, kwargs):
         if target is OP:
@@ -125,14 +138,23 @@ class _Runner(Interpreter):
 
     def run_node(self, n: Node):
         self.current_node = n
-        return super().run_node(n)
+        if self.constants is None:
+            return super().run_node(n)
+        if n in self.constants:
+            return self.constants[n]
+        value = super().run_node(n)
+        if _constant(n, self.constants):
+            self.constants[n] = value
+        return value
 
 
-def run_graph(module: GraphModule, *inputs, record: bool = True):
+def run_graph(module: GraphModule, *inputs, record: bool = True, constants: Optional[dict] = None):
     """`module` run eagerly, its loop nodes through their step programs, which record the
     steps' inputs unless `record` is False (PT2E calibration of a program in the loop
-    form)."""
-    return _Runner(module, record).run(*inputs)
+    form). `constants`, a dict kept across runs, keeps the values computed from the
+    module's constants alone (a converted module dequantizes its weights on every run: half
+    of silero-vad's simulation time)."""
+    return _Runner(module, record, constants).run(*inputs)
 
 
 @torch.library.impl(_LIB, "loop", "CompositeExplicitAutograd")

@@ -46,14 +46,15 @@ def outputs(run: Callable, evaluation: Evaluation) -> list:
 
 def of_module(module, converted: bool = False) -> Callable:
     """A float module, or a converted one (its loop nodes through their step programs), as
-    `run(inputs) -> outputs`."""
+    `run(inputs) -> outputs`; a converted module's weights are dequantized once."""
+    constants: dict = {}
 
     def run(inputs):
         tensors = [torch.as_tensor(np.asarray(a)) for a in inputs]
         with torch.no_grad():
-            return flat(
-                run_graph(module, *tensors, record=False) if converted else module(*tensors)
-            )
+            if converted:
+                return flat(run_graph(module, *tensors, record=False, constants=constants))
+            return flat(module(*tensors))
 
     return run
 

@@ -1,0 +1,65 @@
+"""auto's simulation (precision.accuracy) runs a converted module many times, its weights
+dequantized once (loop.op.run_graph's `constants`), with the same outputs as a plain run."""
+
+from __future__ import annotations
+
+import pathlib
+
+import torch
+from torch.fx import Node
+
+from recurrent_lowering.backends.executorch_arm import compat, flow
+from recurrent_lowering.backends.executorch_arm.loop.op import run_graph
+from recurrent_lowering.backends.executorch_arm.options import Options
+from recurrent_lowering.backends.executorch_arm.precision import accuracy, candidates
+from recurrent_lowering.backends.executorch_arm.quantization import quantizer
+
+
+class _ConvGru(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 8, 3, padding=1)
+        self.gru = torch.nn.GRU(8, 8, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(self.conv(x).transpose(1, 2))[0]
+
+
+def _converted(tmp_path, module, samples):
+    options = Options("TOSA-1.0+INT", quantization="int8")
+    plan = candidates.candidates(options, module, samples[0])[0]
+    with compat.lowering():
+        spec = flow.compile_spec(plan.target, pathlib.Path(tmp_path), None, None)
+        return flow.quantize(module, samples[0], quantizer.create(spec, plan), samples)
+
+
+def test_weights_are_dequantized_once_and_the_outputs_do_not_change(tmp_path):
+    torch.manual_seed(0)
+    module = _ConvGru().eval()
+    samples = [(torch.randn(1, 4, 6),) for _ in range(4)]
+    converted = _converted(tmp_path, module, samples)
+    constants: dict = {}
+    for (x,) in samples:
+        with torch.no_grad():
+            plain = accuracy.flat(run_graph(converted, x, record=False))
+            kept = accuracy.flat(run_graph(converted, x, record=False, constants=constants))
+        assert len(plain) == len(kept) and all((p == k).all() for p, k in zip(plain, kept))
+    held = [n for n in constants if isinstance(n, Node) and n.op == "call_function"]
+    targets = {str(n.target) for n in held}
+    assert "quantized_decomposed.dequantize_per_channel.default" in targets, targets
+    inputs = {n for n in converted.graph.nodes if n.op == "placeholder"}
+    for n in held:  # nothing that depends on the input is kept
+        seen, todo = set(), list(n.all_input_nodes)
+        while todo:
+            m = todo.pop()
+            assert m not in inputs, n
+            if m not in seen:
+                seen.add(m)
+                todo.extend(m.all_input_nodes)
+    simulated = accuracy.outputs(
+        accuracy.of_module(converted, converted=True), accuracy.Evaluation(samples)
+    )
+    reference = accuracy.outputs(accuracy.of_module(module), accuracy.Evaluation(samples))
+    assert len(simulated) == len(reference) == 1
+    error = simulated[0] - reference[0]
+    assert (error**2).mean() < 1e-2 * (reference[0] ** 2).mean()  # int8: above 20 dB
