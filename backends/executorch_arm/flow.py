@@ -92,14 +92,23 @@ class LoweringResult:
     boundaries: dict = dataclasses.field(default_factory=dict)  # tag -> cpu_reasons.Boundary
     narrowed: int = 0  # products whose weights recurrent_weight_bits narrowed
     state_pairs: list = dataclasses.field(default_factory=list)  # (h0 input, h_n output index)
-    # auto's verification: the TOSA reference model's outputs on the evaluation samples, each
-    # stacked over them (precision.accuracy.outputs), so the caller need not run them again.
-    tosa_outputs: Optional[list] = None
+    verified: Optional["Verified"] = None  # auto's verification, when it ran
 
     @property
     def precision(self):
         """What `quantization="auto"` chose (precision.cost_model.Choice), or None."""
         return self.plan.precision if self.plan is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Verified:
+    """What auto's verification ran: the float module's and the TOSA reference model's
+    outputs on `evaluation`, each stacked over its samples (precision.accuracy.outputs), so
+    a caller measuring on the same samples need not run them again."""
+
+    evaluation: accuracy.Evaluation
+    fp32: list
+    tosa: list
 
 
 class _Silent:
@@ -182,7 +191,7 @@ def lower(
     example inputs). `quantization="auto"` holds its choice to `min_sqnr` on `evaluation`
     (default: the calibration samples, no state fed back), predicted by simulation and,
     when `verify`, measured on the TOSA reference model after lowering
-    (`result.tosa_outputs`), a miss lowering the next wider candidate. For Ethos-U targets
+    (`result.verified`), a miss lowering the next wider candidate. For Ethos-U targets
     `result.vela` (when `run_vela`) is Vela's per-layer estimate. `progress` (an object
     with `stage(label)`, a context manager, and `steps(items, description)`) hears of each
     stage. Raises options.OptionError for options
@@ -222,7 +231,7 @@ class _Judge:
     """A candidate's accuracy against `module` on `evaluation`: `predict(plan)` simulates
     its converted module (kept in `quantized` for its lowering, precision.accuracy);
     `measure(result)` runs the lowered program on the TOSA reference model, keeping its
-    outputs in `result.tosa_outputs`. Both -> [dB per output]."""
+    outputs with the float module's in `result.verified`. Both -> [dB per output]."""
 
     def __init__(self, module, example_inputs, calibration_inputs, evaluation):
         self.module, self.example_inputs = module, tuple(example_inputs)
@@ -248,8 +257,9 @@ class _Judge:
         return sqnr_per_output(self.reference(), simulated)
 
     def measure(self, result: "LoweringResult") -> list:
-        result.tosa_outputs = accuracy.outputs(accuracy.of_lowered(result), self.evaluation)
-        return sqnr_per_output(self.reference(), result.tosa_outputs)
+        tosa = accuracy.outputs(accuracy.of_lowered(result), self.evaluation)
+        result.verified = Verified(self.evaluation, self.reference(), tosa)
+        return sqnr_per_output(result.verified.fp32, tosa)
 
 
 def _verified(options, module, example_inputs, result, judge: _Judge, args, times: dict):

@@ -441,4 +441,4 @@ def test_flow_lowers_a_wider_candidate_when_the_tosa_reference_model_misses_the_
     assert int8 < 45 <= wide, choice.measured
     assert abs(arm_numerics.check(result, model, samples[0]).sqnr_db - wide) < 1e-3
     assert {"lower", "lower (int8)", "verify", f"verify ({choice.name})"} <= set(result.times)
-    assert result.tosa_outputs is not None and len(result.tosa_outputs) == 1
+    assert len(result.verified.tosa) == len(result.verified.fp32) == 1

@@ -184,14 +184,16 @@ def lower(source, options, staging, output, report, progress) -> None:
 def closed_loops(result, module, samples, state, reference=None):
     """(fp32 outputs, TOSA reference model outputs, and `reference`'s when given), each a list
     per output of the samples' values stacked: each run in its own closed loop when the model
-    is a stream (streams.py), else sample by sample. The TOSA outputs are those auto's
-    verification ran on the same samples, when it did (flow.lower)."""
+    is a stream (streams.py), else sample by sample. The fp32 and TOSA outputs are those
+    auto's verification ran on the same samples, when it did (flow.lower)."""
     from recurrent_lowering.backends.executorch_arm.precision import accuracy
 
     runs = [accuracy.of_module(module), accuracy.of_lowered(result)]
     runs += [reference] if reference is not None else []
     evaluation = accuracy.Evaluation(samples, state)
-    done = {1: result.tosa_outputs} if result.tosa_outputs is not None else {}  # auto verified
+    done, verified = {}, result.verified  # what auto's verification ran (flow.lower)
+    if verified and verified.evaluation.samples is samples and verified.evaluation.state == state:
+        done = {0: verified.fp32, 1: verified.tosa}
     return [done.get(k) or accuracy.outputs(run, evaluation) for k, run in enumerate(runs)]
 
 
