@@ -3,8 +3,8 @@ them: the numbers behind the report's int16 figures for those targets.
 
 Nothing here runs an Ethos-U; the model below is read from Vela's source (its C++ core,
 regor, which compiles every .tosa) and from what Vela writes, and is compared with the TOSA
-reference model (tests/runtime/test_ethos_u55_int16.py; docs/precision.md, "What the
-Ethos-U55 int16 figures rest on"):
+reference model (tests/runtime/test_ethos_u55_int16.py, test_ethos_u55_int16_magnitude.py;
+docs/precision.md, "What the Ethos-U55 int16 figures rest on"):
 
 - TABLE int16 -> int32 followed by ExecuTorch's RESCALE (2^30, >> 37): Vela fuses the pair
   into one native 16-bit interpolating LUT of 512 words, each the table entry in its low 16
@@ -18,6 +18,10 @@ Ethos-U55 int16 figures rest on"):
   elementwise operation (`elementwise`), the input scales into its OPA/OPB scales (ADD/SUB),
   the output scale into its OFM scale, rounding half up, clipped to int16; what Vela wrote
   for each is read back from the command stream (`elementwise_ops`).
+- RESCALEs regor cannot fold (unequal ADD input scales that are not 16-bit integers, a
+  non-shift output scale of a 32-bit operation): a Cast to int32 and a 32-bit MUL by the
+  multiplier; CLAMPs as 1x1 pools that clip; 32-bit ADD/SUB/MUL. `run` executes a whole
+  command stream of ELEMENTWISE and 1x1 POOL operations (`operations`, `compute`).
 """
 
 from __future__ import annotations
@@ -154,3 +158,385 @@ def elementwise(op: Elementwise, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     scale, shift = op.ofm
     rounded = (acc * scale + ((1 << shift) >> 1)) >> shift
     return np.clip(rounded, max(op.clip[0], -32768), min(op.clip[1], 32767)).astype(np.int16)
+
+
+# --- The whole command stream -------------------------------------------------------------
+#
+# An int16 program with RESCALEs regor cannot fold (input scales of an ADD that are unequal
+# and not 16-bit integers, output scales of an int32 result) runs as more operations than
+# one per TOSA operator: `RewriteRescale` (compiler/graphir_optimiser.cpp) turns each such
+# RESCALE into a Cast to int32 (an ADD of a scalar 0, unit scales) and a 32-bit MUL by the
+# multiplier (a constant tensor) with OFM scale (1, shift); a CLAMP runs as a 1x1 average
+# pool whose activation clips; a TABLE not fused into the op before it as a 1x1 pool with the
+# LUT as its activation. `run` executes the command stream on its memory to follow such a
+# program end to end; what each operation computes is regor's own model of the hardware
+# (`Scale` and the constant folding `ConstPropBinEw` of compiler/graphir_optimiser.cpp: the
+# exact product or scaled sum, times the OFM scale, rounded per ROUND_MODE, saturated), with
+# two behaviours that regor relies on and no public document states: a 32-bit MUL keeps
+# its whole 64-bit product before the OFM shift (regor's softmax and RewriteRescale
+# depend on it), and ACTIVATION_MIN/MAX, 16-bit registers, do not clip a 32-bit OFM (regor
+# writes the int16 range there for int32 results, which would otherwise be wrong).
+
+_OP_POOL, _OP_DMA_START = 0x005, 0x010
+_REG = {  # register name -> opcode (cmd0: 16-bit param; cmd1: 0x4000 | n, 32-bit payload)
+    "IFM_PAD_TOP": 0x100,
+    "IFM_PAD_LEFT": 0x101,
+    "IFM_PAD_RIGHT": 0x102,
+    "IFM_PAD_BOTTOM": 0x103,
+    "IFM_PRECISION": 0x105,
+    "IFM_UPSCALE": 0x107,
+    "IFM_ZERO_POINT": 0x109,
+    "IFM_WIDTH0_M1": 0x10A,
+    "IFM_HEIGHT0_M1": 0x10B,
+    "IFM_REGION": 0x10F,
+    "OFM_WIDTH_M1": 0x111,
+    "OFM_HEIGHT_M1": 0x112,
+    "OFM_DEPTH_M1": 0x113,
+    "OFM_PRECISION": 0x114,
+    "OFM_ZERO_POINT": 0x118,
+    "OFM_WIDTH0_M1": 0x11A,
+    "OFM_HEIGHT0_M1": 0x11B,
+    "OFM_REGION": 0x11F,
+    "KERNEL_WIDTH_M1": 0x120,
+    "KERNEL_HEIGHT_M1": 0x121,
+    "KERNEL_STRIDE": 0x122,
+    "ACTIVATION": 0x125,
+    "ACTIVATION_MIN": 0x126,
+    "ACTIVATION_MAX": 0x127,
+    "DMA0_SRC_REGION": 0x130,
+    "DMA0_DST_REGION": 0x131,
+    "IFM2_BROADCAST": 0x180,
+    "IFM2_SCALAR": 0x181,
+    "IFM2_PRECISION": 0x185,
+    "IFM2_ZERO_POINT": 0x189,
+    "IFM2_WIDTH0_M1": 0x18A,
+    "IFM2_HEIGHT0_M1": 0x18B,
+    "IFM2_REGION": 0x18F,
+    "IFM_BASE0": 0x4000,
+    "IFM_STRIDE_X": 0x4004,
+    "IFM_STRIDE_Y": 0x4005,
+    "IFM_STRIDE_C": 0x4006,
+    "OFM_BASE0": 0x4010,
+    "OFM_STRIDE_X": 0x4014,
+    "OFM_STRIDE_Y": 0x4015,
+    "OFM_STRIDE_C": 0x4016,
+    "OFM_SCALE": 0x4024,
+    "OPA_SCALE": 0x4025,
+    "OPB_SCALE": 0x4026,
+    "DMA0_SRC": 0x4030,
+    "DMA0_DST": 0x4031,
+    "DMA0_LEN": 0x4032,
+    "IFM2_BASE0": 0x4080,
+    "IFM2_STRIDE_X": 0x4084,
+    "IFM2_STRIDE_Y": 0x4085,
+    "IFM2_STRIDE_C": 0x4086,
+}
+ELEMENTWISE_ALL = {0: "MUL", 1: "ADD", 2: "SUB", 3: "MIN", 4: "MAX"}  # the rest: refused
+POOL_MODES = {0: "MAX", 1: "AVERAGE"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    """One NPU operation (ELEMENTWISE or POOL) of the command stream with every register
+    `run` reads: enough to say what it computes, and to pin it."""
+
+    kind: str  # "ELEMENTWISE" or "POOL"
+    mode: str  # MUL, ADD, SUB, MIN, MAX; AVERAGE, MAX (POOL)
+    shape: tuple  # OFM (height, width, depth)
+    bits: tuple  # (ifm, ifm2, ofm) precision in bits, all signed (ifm2 None for a POOL)
+    ifm_scale_mode: str
+    rounding: tuple  # (ifm, ofm) round modes
+    opa: tuple | None  # (scale, shift): ELEMENTWISE ADD/SUB only (a MUL ignores it)
+    opb: int | None
+    ofm: tuple  # (scale, shift)
+    zero_points: tuple  # (ifm, ifm2, ofm)
+    activation: int  # 0: clip only; 16 + k: LUT TABLE_k
+    clip: tuple  # (min, max) of ACTIVATION_MIN/MAX (not applied to a 32-bit OFM)
+    ifm2: str | None  # "tensor", "scalar <value>", "broadcast <hwc>" (ELEMENTWISE only)
+    operand_order: str | None  # "B": ifm op ifm2; "A": ifm2 op ifm (ELEMENTWISE only)
+    kernel: tuple = (1, 1)  # POOL kernel (height, width)
+
+    @property
+    def signature(self) -> tuple:
+        """What fixes the arithmetic (not where it reads and writes, nor its shape)."""
+        fields = dataclasses.astuple(self)
+        return fields[:2] + fields[3:]
+
+
+def _signed(value: int, bits: int) -> int:
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+class _Registers:
+    def __init__(self):
+        self.values: dict = {}
+
+    def param(self, name: str) -> int:
+        return self.values.get(_REG[name], (0, 0))[0]
+
+    def payload(self, name: str) -> int:
+        return self.values.get(_REG[name], (0, 0))[1]
+
+    def precision(self, name: str, ofm: bool = False) -> tuple:
+        """(bits, signed, nhcwb16, scale mode, round mode) of an IFM/IFM2/OFM precision."""
+        p = self.param(name)
+        bits = 8 << ((p >> 1) & 3 if ofm else (p >> 2) & 3)
+        return bits, bool(p & 1), ((p >> 6) & 3) == 1, (p >> 8) & 3, p >> 14
+
+
+def _operation(regs: _Registers, opcode: int, param: int) -> Operation:
+    ifm = regs.precision("IFM_PRECISION")
+    ofm = regs.precision("OFM_PRECISION", ofm=True)
+    shape = tuple(regs.param(f"OFM_{d}_M1") + 1 for d in ("HEIGHT", "WIDTH", "DEPTH"))
+    if opcode == _OP_ELEMENTWISE:
+        ifm2 = regs.precision("IFM2_PRECISION")
+        broadcast = regs.param("IFM2_BROADCAST")
+        if broadcast & 0x80:
+            how = f"scalar {_signed(regs.param('IFM2_SCALAR'), 16)}"
+        elif broadcast & 7:
+            how = "broadcast " + "".join(d for k, d in enumerate("hwc") if broadcast >> k & 1)
+        else:
+            how = "tensor"
+        order = "A" if broadcast & 0x40 else "B"
+        mode, bits2 = ELEMENTWISE_ALL.get(param, str(param)), ifm2[0]
+        zp2 = _signed(regs.param("IFM2_ZERO_POINT"), 16)
+        signed = ifm[1] and ifm2[1] and ofm[1]
+    else:
+        how, order, mode, bits2, zp2 = None, None, POOL_MODES.get(param, str(param)), None, None
+        signed = ifm[1] and ofm[1]
+    if not signed:
+        raise ValueError("an unsigned operand")
+    opa, ofm_scale = regs.values.get(_REG["OPA_SCALE"], (0, 1)), regs.values.get(_REG["OFM_SCALE"])
+    kernel = (regs.param("KERNEL_HEIGHT_M1") + 1, regs.param("KERNEL_WIDTH_M1") + 1)
+    return Operation(
+        kind="ELEMENTWISE" if opcode == _OP_ELEMENTWISE else "POOL",
+        mode=mode,
+        shape=shape,
+        bits=(ifm[0], bits2, ofm[0]),
+        ifm_scale_mode=IFM_SCALE_MODES.get(ifm[3], str(ifm[3])),
+        rounding=(ROUND_MODES[ifm[4]], ROUND_MODES[ofm[4]]),
+        opa=(opa[1], opa[0] & 0x3F) if mode in ("ADD", "SUB") and how is not None else None,
+        opb=regs.values.get(_REG["OPB_SCALE"], (0, 1))[1]
+        if mode in ("ADD", "SUB") and how is not None
+        else None,
+        ofm=(ofm_scale[1], ofm_scale[0] & 0x3F),
+        zero_points=(
+            _signed(regs.param("IFM_ZERO_POINT"), 16),
+            zp2,
+            _signed(regs.param("OFM_ZERO_POINT"), 16),
+        ),
+        activation=regs.param("ACTIVATION") & 0x1F,
+        clip=(_signed(regs.param("ACTIVATION_MIN"), 16), _signed(regs.param("ACTIVATION_MAX"), 16)),
+        ifm2=how,
+        operand_order=order,
+        kernel=kernel if opcode == _OP_POOL else (1, 1),
+    )
+
+
+def operations(cmd_data: bytes) -> list[Operation]:
+    """Every ELEMENTWISE and POOL operation of Vela's command stream, in order."""
+    return [op for op, _ in _walk(cmd_data) if isinstance(op, Operation)]
+
+
+def _walk(cmd_data: bytes):
+    """(Operation, registers) for each ELEMENTWISE / POOL, (None, registers) for each
+    DMA_START and ("CONV", registers) for each convolution, in order."""
+    words, regs, k = command_stream(cmd_data), _Registers(), 0
+    while k < len(words):
+        code, param = int(words[k]) & 0xFFFF, int(words[k]) >> 16
+        long = bool(code & 0x4000)
+        payload = int(words[k + 1]) if long else None
+        k += 2 if long else 1
+        if long or code >= 0x100:
+            regs.values[code] = (param, payload)
+        elif code in (_OP_ELEMENTWISE, _OP_POOL):
+            yield _operation(regs, code, param), regs
+        elif code == _OP_DMA_START:
+            yield None, regs
+        elif code in (0x002, 0x003):
+            yield "CONV", regs
+
+
+def scaled(acc, scale: int, shift: int, rounding: str):
+    """acc * scale, shifted right by `shift` rounding as ROUND_MODE says (regor's `Scale`):
+    NATURAL half up; DBL half up plus 2^30 away from zero when shift > 31; TRUNCATE toward
+    zero. Exact integers (numpy object arrays or int64 that cannot overflow)."""
+    v = acc * scale
+    if shift == 0:
+        return v
+    if rounding == "TRUNCATE":
+        return np.where(v >= 0, v >> shift, -((-v) >> shift))
+    half = 1 << (shift - 1)
+    if rounding == "DBL" and shift > 31:
+        return (v + half + np.where(v >= 0, 1 << 30, -(1 << 30))) >> shift
+    return (v + half) >> shift
+
+
+def compute(op: Operation, a, b=None, lut_words: np.ndarray | None = None) -> np.ndarray:
+    """What the NPU computes for `op` on its operands (as read, before zero points): the
+    product, the OPA/OPB-scaled sum or difference, min or max (ELEMENTWISE), the value
+    (a 1x1 POOL), times the OFM scale, rounded, plus the OFM zero point, saturated to the
+    OFM's bits, then the LUT (activation TABLE_k) and the ACTIVATION_MIN/MAX clip (an
+    8/16-bit OFM only). Configurations our programs do not hold are refused."""
+    if op.rounding[1] not in ("NATURAL", "DBL", "TRUNCATE"):
+        raise ValueError(f"not modelled: {op}")
+    x = np.asarray(a, np.int64).astype(object) - op.zero_points[0]
+    if op.kind == "POOL":
+        if op.kernel != (1, 1) or op.mode not in ("AVERAGE", "MAX"):
+            raise ValueError(f"not modelled: {op}")
+        acc = x
+    else:
+        y = np.asarray(b, np.int64).astype(object) - op.zero_points[1]
+        if op.operand_order == "A":
+            x, y = y, x
+        if op.mode == "MUL":
+            acc = x * y
+        elif op.mode in ("ADD", "SUB"):
+            if op.ifm_scale_mode != "OPA_OPB_16" or op.opa[1] != 0:
+                raise ValueError(f"not modelled (advanced IFM scaling): {op}")
+            acc = x * op.opa[0] + (y if op.mode == "ADD" else -y) * op.opb
+        elif op.mode in ("MIN", "MAX"):
+            acc = np.minimum(x, y) if op.mode == "MIN" else np.maximum(x, y)
+        else:
+            raise ValueError(f"not modelled: {op}")
+    bits = op.bits[2]
+    v = scaled(acc, op.ofm[0], op.ofm[1], op.rounding[1]) + op.zero_points[2]
+    v = np.clip(v, -(1 << (bits - 1)), (1 << (bits - 1)) - 1).astype(np.int64)
+    if op.activation >= 16:
+        if bits != 16 or lut_words is None:
+            raise ValueError(f"not modelled: a LUT on {op}")
+        v = lut(v, lut_words).astype(np.int64)
+    elif op.activation != 0:
+        raise ValueError(f"not modelled: activation {op.activation}")
+    if bits <= 16:
+        v = np.clip(v, op.clip[0], op.clip[1])
+    return v
+
+
+class _Memory:
+    """Byte arrays per region, grown on demand."""
+
+    def __init__(self):
+        self.regions: dict = {}
+
+    def _region(self, region: int, end: int) -> bytearray:
+        mem = self.regions.setdefault(region, bytearray())
+        if len(mem) < end:
+            mem.extend(bytes(end - len(mem)))
+        return mem
+
+    def write(self, region: int, address: int, data: bytes):
+        self._region(region, address + len(data))[address : address + len(data)] = data
+
+    def read(self, region: int, address: int, length: int) -> bytes:
+        return bytes(self._region(region, address + length)[address : address + length])
+
+
+_DTYPES = {8: "<i1", 16: "<i2", 32: "<i4"}
+
+
+def _addresses(shape, base, strides, nhcwb16, elem) -> np.ndarray:
+    """Byte address of each (h, w, c) element of a feature map (regor's NHWC / NHCWB16)."""
+    h, w, c = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
+    sy, sx, sc = strides
+    if nhcwb16:
+        return base + h * sy + w * sx + (c // 16) * sc + (c % 16) * elem
+    return base + h * sy + w * sx + c * sc
+
+
+def _feature_map(regs: _Registers, prefix: str, shape, bits: int, nhcwb16: bool):
+    if (
+        regs.param(f"{prefix}_HEIGHT0_M1") + 1 < shape[0]
+        or regs.param(f"{prefix}_WIDTH0_M1") + 1 < shape[1]
+    ):
+        raise ValueError(f"{prefix}: more than one tile, not modelled")
+    strides = tuple(regs.payload(f"{prefix}_STRIDE_{d}") for d in "YXC")
+    addresses = _addresses(shape, regs.payload(f"{prefix}_BASE0"), strides, nhcwb16, bits // 8)
+    return regs.param(f"{prefix}_REGION") & 7, addresses
+
+
+def _load(memory: _Memory, region: int, addresses: np.ndarray, bits: int) -> np.ndarray:
+    size = bits // 8
+    top = int(addresses.max()) + size
+    data = np.frombuffer(memory.read(region, 0, top), np.uint8)
+    index = addresses[..., None] + np.arange(size)
+    return data[index].copy().view(_DTYPES[bits])[..., 0].astype(np.int64)
+
+
+def _store(memory: _Memory, region: int, addresses: np.ndarray, bits: int, values: np.ndarray):
+    size = bits // 8
+    top = int(addresses.max()) + size
+    data = bytearray(memory.read(region, 0, top))
+    raw = np.asarray(values, np.int64).astype(_DTYPES[bits]).view(np.uint8).reshape(-1, size)
+    flat = np.frombuffer(data, np.uint8).copy()
+    flat[(addresses.reshape(-1, 1) + np.arange(size)).ravel()] = raw.ravel()
+    memory.write(region, 0, flat.tobytes())
+
+
+def run(npz, inputs, trace: list | None = None, model=None) -> list[np.ndarray]:
+    """Vela's program (`npz`: its out_vela.npz, loaded) on int16 `inputs`, as the model
+    computes each operation: the outputs, each in the shape and type Vela gives it. With
+    `trace` a list, (Operation, IFM, IFM2 or None, OFM values) of each operation is
+    appended to it. `model` (default `compute`) computes each operation."""
+    model = model or compute
+    memory = _Memory()
+    memory.write(int(npz["weight_region"]), 0, bytes(npz["weight_data"].item()))
+    for k, value in enumerate(inputs):
+        size = int(npz["input_elem_size"][k])
+        data = np.ascontiguousarray(np.asarray(value).astype(_DTYPES[8 * size])).tobytes()
+        memory.write(int(npz["input_region"][k]), int(npz["input_offset"][k]), data)
+    shram_luts: dict = {}  # SHRAM address -> the bytes last DMA'd there
+    for op, regs in _walk(bytes(npz["cmd_data"].item())):
+        if isinstance(op, str):
+            raise ValueError("a convolution: not modelled by run")
+        if op is None:  # DMA_START: constant memory -> SHRAM (a LUT) or another region
+            src, dst = regs.param("DMA0_SRC_REGION"), regs.param("DMA0_DST_REGION")
+            data = memory.read(src & 7, regs.payload("DMA0_SRC"), regs.payload("DMA0_LEN"))
+            if dst >> 8 & 1:
+                shram_luts[regs.payload("DMA0_DST")] = data
+            else:
+                memory.write(dst & 7, regs.payload("DMA0_DST"), data)
+            continue
+        ifm_p = regs.precision("IFM_PRECISION")
+        ofm_p = regs.precision("OFM_PRECISION", ofm=True)
+        if op.kind == "POOL" and any(
+            regs.param(f"IFM_PAD_{s}") for s in ("TOP", "LEFT", "RIGHT", "BOTTOM")
+        ):
+            raise ValueError("a padded pool: not modelled")
+        if op.kind == "POOL" and regs.param("KERNEL_STRIDE") & 0x3:
+            raise ValueError("a strided pool: not modelled")
+        if regs.param("IFM_UPSCALE"):
+            raise ValueError("IFM upscaling: not modelled")
+        region, where = _feature_map(regs, "IFM", op.shape, op.bits[0], ifm_p[2])
+        a = _load(memory, region, where, op.bits[0])
+        b = None
+        if op.kind == "ELEMENTWISE":
+            if op.ifm2.startswith("scalar"):
+                b = np.full(op.shape, int(op.ifm2.split()[1]), np.int64)
+            else:
+                flags = op.ifm2.split()[1] if op.ifm2.startswith("broadcast") else ""
+                shape2 = tuple(1 if d in flags else n for d, n in zip("hwc", op.shape))
+                ifm2_p = regs.precision("IFM2_PRECISION")
+                region2, where2 = _feature_map(regs, "IFM2", shape2, op.bits[1], ifm2_p[2])
+                b = np.broadcast_to(_load(memory, region2, where2, op.bits[1]), op.shape)
+        words = None
+        if op.activation >= 16:
+            luts = [v for v in shram_luts.values() if len(v) == LUT_BYTES]
+            if op.activation != 16 or len(shram_luts) != 1 or not luts:
+                raise ValueError("a LUT other than one 16-bit table in SHRAM: not modelled")
+            words = np.frombuffer(luts[0], "<u4")
+        values = model(op, a, b, words)
+        region, where = _feature_map(regs, "OFM", op.shape, op.bits[2], ofm_p[2])
+        _store(memory, region, where, op.bits[2], values)
+        if trace is not None:
+            trace.append((op, a, b, values))
+    outputs = []
+    for k in range(len(npz["output_offset"])):
+        shape = tuple(int(n) for n in npz["output_shape"][k])
+        size = int(npz["output_elem_size"][k])
+        raw = memory.read(
+            int(npz["output_region"][k]), int(npz["output_offset"][k]), size * int(np.prod(shape))
+        )
+        outputs.append(np.frombuffer(raw, _DTYPES[8 * size]).reshape(shape).copy())
+    return outputs

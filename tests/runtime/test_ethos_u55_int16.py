@@ -17,6 +17,7 @@ from. Each check fails if Vela or ExecuTorch change what they emit for the form.
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -276,3 +277,22 @@ def test_each_elementwise_operation_equals_tosa(lowered, kind):
     for op in {op for op in u55.elementwise_ops(cmd_data) if op.mode == kind}:
         got = u55.elementwise(op, a, b)
         assert np.array_equal(got, want), f"{op}: {int(np.sum(got != want))} of {a.size} differ"
+
+
+@pytest.mark.parametrize("kind", ["MUL", "ADD", "SUB"])
+def test_the_whole_stream_model_agrees(lowered, kind):
+    """`operations` reads the GRU's elementwise operations as `elementwise_ops` does, and
+    `compute` (the model `run` executes whole programs with) equals `elementwise` on them."""
+    _, _, cmd_data = lowered
+    old = [op for op in u55.elementwise_ops(cmd_data) if op.mode == kind]
+    new = [op for op in u55.operations(cmd_data) if op.kind == "ELEMENTWISE" and op.mode == kind]
+    assert [(op.bits, op.ofm, op.activation, op.clip) for op in old] == [
+        (op.bits, op.ofm, op.activation, op.clip) for op in new
+    ]
+    a, b = _operands(kind)
+    for op_old, op_new in zip(old, new):
+        assert op_new.ifm2 == "tensor" and op_new.zero_points == (0, 0, 0)
+        if kind != "MUL":
+            assert (op_new.opa, op_new.opb) == (op_old.opa, op_old.opb)
+        got = u55.compute(dataclasses.replace(op_new, activation=0), a, b)
+        assert np.array_equal(got, u55.elementwise(op_old, a, b))
