@@ -61,3 +61,15 @@ def test_every_runnable_script_is_a_bazel_target(package):
 def test_examples_are_the_clis_bundled_models():
     models = importlib.import_module("recurrent_lowering.examples.models")
     assert {"tiny_gru", "gru_a", "big_gru", "stream_gru"} <= set(models.MODELS)
+
+
+def test_every_test_file_is_a_bazel_test():
+    """A test file no py_pytest names is never run by the test command."""
+    missing = []
+    for path in source_tree.tracked("tests/**/test_*.py"):
+        package, name = path.rsplit("/", 1)
+        build = source_tree.root() / package / "BUILD.bazel"
+        text = build.read_text() if build.exists() else ""
+        if f'"{name}"' not in text:  # a py_pytest's srcs, or a comprehension making them
+            missing.append(path)
+    assert not missing
