@@ -282,7 +282,11 @@ def _verified(options, module, example_inputs, result, judge: _Judge, args, time
         return result
     again = pathlib.Path(result.artifact_dir) / f"widened_{wider.precision.name}"
     quantized = judge.quantized
-    second = lower_plan(module, example_inputs, wider, again, *args[1:], quantized)
+    try:
+        second = lower_plan(module, example_inputs, wider, again, *args[1:], quantized)
+    except Exception as e:  # the first stands, its choice saying why
+        result.plan = precision.unwidened(result.plan, wider, precision.did_not_lower(wider, e))
+        return result
     try:
         name = wider.precision.name
         with _timed(

@@ -379,6 +379,11 @@ def test_a_choice_measured_under_the_target_widens_to_the_cheapest_predicted_to_
     assert report["measured_sqnr_db"]["int16_recurrent"] == [44.0, 29.0]
     assert report["widened"] == choice.widened
 
+    failed = candidates.unwidened(first, wider, "int16_recurrent did not lower: x")
+    assert failed.precision.name == "int8" and failed.precision.widened.endswith(
+        "(predicted 32.0); int16_recurrent did not lower: x: int8 kept"
+    )
+
     worse = candidates.settled(first, candidates.measured_as(wider, [44.0, 20.0]))
     assert worse.precision.name == "int8" and worse.activations == "int8"
     assert worse.precision.widened.endswith(

@@ -240,6 +240,14 @@ def holds(plan: ArmPlan, fallback: ArmPlan, predict) -> ArmPlan:
     return dataclasses.replace(plan, precision=chosen)
 
 
+def unwidened(first: ArmPlan, wider: ArmPlan, why: str) -> ArmPlan:
+    """`first`, measured under the target, when the candidate `widening` named after it
+    could not be lowered (`why`): its choice says so."""
+    said = f"{wider.precision.widened}; {why}: {first.precision.name} kept"
+    chosen = dataclasses.replace(first.precision, widened=said)
+    return dataclasses.replace(first, precision=chosen)
+
+
 def misfit(plan: ArmPlan, measured_cycles: Optional[int]) -> Optional[str]:
     """Why a lowered auto plan does not fit: Vela measured more than its budget allows over
     int8 by a margin the cost model's error does not explain (ethos-u85-256 stream_gru: int16
