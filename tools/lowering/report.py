@@ -139,4 +139,7 @@ def _activations(quant: dict) -> str:
     predicted = auto.get("predicted_sqnr_db", {}).get(auto["choice"])
     if predicted:
         text += f", predicted worst output {min(predicted):.1f} dB (target {auto['min_sqnr']:g})"
+    measured = auto.get("measured_sqnr_db", {}).get(auto["choice"])
+    if measured:
+        text += f", verified on the TOSA reference model: {min(measured):.1f} dB"
     return text
