@@ -38,7 +38,6 @@ from typing import Optional, Sequence
 import torch
 
 from recurrent_lowering.runtime import tosa_flatbuffer, vela
-from recurrent_lowering.runtime.metrics import sqnr_per_output
 
 from . import compat
 from .compat import compile_specs, factory
@@ -51,6 +50,7 @@ from .partition import partitioner as our_partitioner
 from .plan import ArmPlan, quantization_config
 from .precision import accuracy
 from .precision import candidates as precision
+from .precision.judge import Judge, Verified
 from .quantization import quantizer as our_quantizer
 
 
@@ -92,23 +92,12 @@ class LoweringResult:
     boundaries: dict = dataclasses.field(default_factory=dict)  # tag -> cpu_reasons.Boundary
     narrowed: int = 0  # products whose weights recurrent_weight_bits narrowed
     state_pairs: list = dataclasses.field(default_factory=list)  # (h0 input, h_n output index)
-    verified: Optional["Verified"] = None  # auto's verification, when it ran
+    verified: Optional[Verified] = None  # auto's verification, when it ran
 
     @property
     def precision(self):
         """What `quantization="auto"` chose (precision.cost_model.Choice), or None."""
         return self.plan.precision if self.plan is not None else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Verified:
-    """What auto's verification ran: the float module's and the TOSA reference model's
-    outputs on `evaluation`, each stacked over its samples (precision.accuracy.outputs), so
-    a caller measuring on the same samples need not run them again."""
-
-    evaluation: accuracy.Evaluation
-    fp32: list
-    tosa: list
 
 
 class _Silent:
@@ -211,7 +200,8 @@ def lower(
     judge = None
     if weighed:
         samples = evaluation or accuracy.Evaluation(calibration_inputs or [tuple(example_inputs)])
-        judge = _Judge(module, example_inputs, calibration_inputs, samples)
+        convert = _converted(module, example_inputs, calibration_inputs)
+        judge = Judge(module, convert, samples, _key)
         with _timed(times, "accuracy", progress, "predict the candidates' accuracy"):
             plans = precision.reaching(options, plans, judge.predict)
     args = (artifact_dir, calibration_inputs, progress, run_vela)
@@ -227,42 +217,23 @@ def _key(plan: ArmPlan) -> ArmPlan:
     return dataclasses.replace(plan, precision=None)
 
 
-class _Judge:
-    """A candidate's accuracy against `module` on `evaluation`: `predict(plan)` simulates
-    its converted module (kept in `quantized` for its lowering, precision.accuracy);
-    `measure(result)` runs the lowered program on the TOSA reference model, keeping its
-    outputs with the float module's in `result.verified`. Both -> [dB per output]."""
+def _converted(module, example_inputs, calibration_inputs):
+    """`convert(plan) -> (converted module, quantizer)`: PT2E quantization of `module` as
+    `plan` says, calibrated as its lowering would be (precision.judge's simulations)."""
 
-    def __init__(self, module, example_inputs, calibration_inputs, evaluation):
-        self.module, self.example_inputs = module, tuple(example_inputs)
-        self.calibration_inputs, self.evaluation = calibration_inputs, evaluation
-        self.quantized: dict = {}  # plan -> (converted module, quantizer)
-        self._reference: list = []
-
-    def reference(self) -> list:
-        if not self._reference:
-            run = accuracy.of_module(self.module)
-            self._reference.extend(accuracy.outputs(run, self.evaluation))
-        return self._reference
-
-    def predict(self, plan: ArmPlan) -> list:
+    def convert(plan: ArmPlan):
         with tempfile.TemporaryDirectory() as scratch, compat.lowering():
             spec = compile_spec(plan.target, pathlib.Path(scratch), None, None)
             quantizer = our_quantizer.create(spec, plan)
             converted = quantize(
-                eval_mode(self.module), self.example_inputs, quantizer, self.calibration_inputs
+                eval_mode(module), tuple(example_inputs), quantizer, calibration_inputs
             )
-        self.quantized[_key(plan)] = (converted, quantizer)
-        simulated = accuracy.outputs(accuracy.of_module(converted, converted=True), self.evaluation)
-        return sqnr_per_output(self.reference(), simulated)
+        return converted, quantizer
 
-    def measure(self, result: "LoweringResult") -> list:
-        tosa = accuracy.outputs(accuracy.of_lowered(result), self.evaluation)
-        result.verified = Verified(self.evaluation, self.reference(), tosa)
-        return sqnr_per_output(result.verified.fp32, tosa)
+    return convert
 
 
-def _verified(options, module, example_inputs, result, judge: _Judge, args, times: dict):
+def _verified(options, module, example_inputs, result, judge: Judge, args, times: dict):
     """`result` with auto's choice measured on the TOSA reference model; when that misses
     the target its simulation promised, the wider candidate precision.widening names is
     lowered too (into a subdirectory) and precision.settled keeps the better."""
@@ -356,7 +327,7 @@ def lower_plan(
     quantized: Optional[dict] = None,
 ) -> LoweringResult:
     """Lower `module` by one plan (see the module docstring); `quantized` may hold its
-    converted module and quantizer already (flow._Judge.predict's)."""
+    converted module and quantizer already (precision.judge's)."""
     with compat.lowering() if plan.ours else contextlib.nullcontext():
         return _lower_plan(
             module,

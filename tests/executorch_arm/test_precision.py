@@ -12,7 +12,7 @@ import torch
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.backends.executorch_arm.options import OptionError, Options
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
-from recurrent_lowering.backends.executorch_arm.precision import candidates
+from recurrent_lowering.backends.executorch_arm.precision import candidates, judge
 from recurrent_lowering.backends.executorch_arm.precision import cost_model as precision
 from recurrent_lowering.examples.models import CRNN
 from recurrent_lowering.runtime import arm_numerics
@@ -429,14 +429,14 @@ def test_flow_lowers_a_wider_candidate_when_the_tosa_reference_model_misses_the_
     torch.manual_seed(0)
     model = _Gru().eval()
     samples = [(torch.randn(1, 6, 8),)]
-    simulate = flow._Judge.predict
+    simulate = judge.Judge.predict
 
-    def optimistic(judge, plan):
-        scores = simulate(judge, plan)
+    def optimistic(self, plan):
+        scores = simulate(self, plan)
         int8 = plan.activations == "int8" and plan.recurrent_activations is None
         return [s + 100 for s in scores] if int8 else scores
 
-    monkeypatch.setattr(flow._Judge, "predict", optimistic)
+    monkeypatch.setattr(judge.Judge, "predict", optimistic)
     kw = dict(calibration_inputs=samples, min_sqnr=45.0)
     result = flow.lower(model, samples[0], "ethos-u85-256", tmp_path, **kw)
     choice = result.precision

@@ -93,8 +93,10 @@ def program_of(node: Node) -> StepProgram:
     return program
 
 
-def run(p: StepProgram, args: LoopArgs, record: bool = True) -> torch.Tensor:
-    """The loop's value: every step's h in time order, then c_n if `final_c`."""
+def run(p: StepProgram, args: LoopArgs, record: bool = True, step=None) -> torch.Tensor:
+    """The loop's value: every step's h in time order, then c_n if `final_c`; each step by
+    `step` (default: the program's float step)."""
+    step = step or p.step
     h, c = args.h, args.c
     states = [h] if c is None else [h, c]
     xs = args.xs
@@ -106,7 +108,7 @@ def run(p: StepProgram, args: LoopArgs, record: bool = True) -> torch.Tensor:
         inputs = (*states, xs[args.first + t])
         if record:
             p.record(inputs)
-        states = list(p.step(*inputs))  # the step returns its new states as a tuple
+        states = list(step(*inputs))  # the step returns its new states as a tuple
         ys[t] = states[0]
     if args.initial_in_ys:
         ys = ys + [h] if args.reverse else [h] + ys
@@ -127,13 +129,15 @@ def _constant(n: Node, constants: dict) -> bool:
 
 
 class _Runner(Interpreter):
-    def __init__(self, module: GraphModule, record: bool, constants: Optional[dict]):
+    def __init__(self, module: GraphModule, record: bool, constants: Optional[dict], step_of):
         super().__init__(module)
-        self.record, self.constants = record, constants
+        self.record, self.constants, self.step_of = record, constants, step_of
 
     def call_function(self, target, args, kwargs):
         if target is OP:
-            return run(program_of(self.current_node), LoopArgs(*args), self.record)
+            node = self.current_node
+            step = self.step_of(node) if self.step_of else None
+            return run(program_of(node), LoopArgs(*args), self.record, step)
         return super().call_function(target, args, kwargs)
 
     def run_node(self, n: Node):
@@ -148,13 +152,20 @@ class _Runner(Interpreter):
         return value
 
 
-def run_graph(module: GraphModule, *inputs, record: bool = True, constants: Optional[dict] = None):
+def run_graph(
+    module: GraphModule,
+    *inputs,
+    record: bool = True,
+    constants: Optional[dict] = None,
+    step_of=None,
+):
     """`module` run eagerly, its loop nodes through their step programs, which record the
     steps' inputs unless `record` is False (PT2E calibration of a program in the loop
     form). `constants`, a dict kept across runs, keeps the values computed from the
     module's constants alone (a converted module dequantizes its weights on every run: half
-    of silero-vad's simulation time)."""
-    return _Runner(module, record, constants).run(*inputs)
+    of silero-vad's simulation time). `step_of(node)` gives the step a loop node runs
+    (loop.step.simulated: the quantized step), else its float step."""
+    return _Runner(module, record, constants, step_of).run(*inputs)
 
 
 @torch.library.impl(_LIB, "loop", "CompositeExplicitAutograd")

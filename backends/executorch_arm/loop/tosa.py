@@ -78,20 +78,6 @@ def _quant(q) -> Optional[QuantParams]:
     return QuantParams(float(q.scale), int(q.zp), int(q.qmin), int(q.qmax), dtype)
 
 
-def _covers(outer: Optional[QuantParams], inner: Optional[QuantParams]) -> bool:
-    """Whether `outer`'s real range holds `inner`'s, to within 1% of it (two observers of
-    the same values differ by about that much)."""
-    if outer is None or inner is None:
-        return True
-
-    def bounds(q):
-        return (q.qmin - q.zero_point) * q.scale, (q.qmax - q.zero_point) * q.scale
-
-    (lo, hi), (lo_in, hi_in) = bounds(outer), bounds(inner)
-    slack = 0.01 * (hi - lo)
-    return lo - slack <= lo_in and hi_in <= hi + slack
-
-
 _DTYPES = {"int8": ts.DType.INT8, "int16": ts.DType.INT16}
 
 
@@ -185,12 +171,7 @@ class LoopVisitor(NodeVisitor):
         in_q = {k: _quant(v) for k, v in node.meta.get("input_qparams", {}).items()}
         out_q = _quant(node.meta.get("output_qparams", {}).get(0))
         n = program.num_states
-        pins = {n: in_q.get(0)}  # x_t at the projection's scale; a lone h at the result's,
-        # unless the initial h reaches beyond the result's range (a user's h0): pinned, the
-        # step would clip it
-        if (n == 1 or not loop.final_c) and _covers(out_q, in_q.get(1)):
-            pins[0] = out_q
-        pins = {k: q for k, q in pins.items() if q is not None}
+        pins = loop_step.pins(program, loop, in_q.get(0), in_q.get(1), out_q)
         tpl = loop_step.template(program, self.tosa_spec, bool(in_q), pins)
         loops = [m for m in node.graph.nodes if m.target == node.target]
         tag = f"rl{loops.index(node)}"  # short names: the serializer's lookups are linear

@@ -44,16 +44,25 @@ def outputs(run: Callable, evaluation: Evaluation) -> list:
     return stacked(produced)
 
 
-def of_module(module, converted: bool = False) -> Callable:
+def of_module(module, converted: bool = False, tosa_spec=None) -> Callable:
     """A float module, or a converted one (its loop nodes through their step programs), as
-    `run(inputs) -> outputs`; a converted module's weights are dequantized once."""
+    `run(inputs) -> outputs`; a converted module's weights are dequantized once, and its
+    loops run the quantized step their lowering for `tosa_spec` will lower (loop.step)."""
     constants: dict = {}
+    step_of = None
+    if converted and tosa_spec is not None:
+        from ..loop import step
+
+        def step_of(node):
+            return step.simulated(node, tosa_spec)
 
     def run(inputs):
         tensors = [torch.as_tensor(np.asarray(a)) for a in inputs]
         with torch.no_grad():
             if converted:
-                return flat(run_graph(module, *tensors, record=False, constants=constants))
+                return flat(
+                    run_graph(module, *tensors, record=False, constants=constants, step_of=step_of)
+                )
             return flat(module(*tensors))
 
     return run
