@@ -52,7 +52,8 @@ class StepProgram:
     max_samples: int = 4096
     quant_config: Optional[object] = None  # the Arm QuantizationConfig the layer was given
     step_config: Optional[object] = None  # the step's own config (int16 state), else quant_config
-    templates: dict = dataclasses.field(default_factory=dict)  # loop.step's cache
+    # loop.step's cache: TOSA templates and quantized steps, per spec and pins
+    templates: dict = dataclasses.field(default_factory=dict)
 
     def record(self, inputs: tuple) -> None:
         if len(self.samples) < self.max_samples:
