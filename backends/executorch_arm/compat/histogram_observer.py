@@ -9,12 +9,19 @@ quantization. Here the scans are binary searches over the cumulative histogram (
 its float32 values, compared in float32 as torch compares a 0-dim float32 tensor with a
 Python float), and the walk is otherwise the same: 7.4 s for the same observers, every
 scale and zero point equal (tests/executorch_arm/test_histogram_observer.py pins that).
+
+A loop step observes its weights as activations (the recurrent matrix is an mm operand),
+once per timestep: NSNet2's 1200x400 matrix, 396 calibration steps, a histc and an aminmax
+over 480,000 values each time, 85 s of its 135 s lowering. An observer seeing the same
+tensor again, unchanged, within the range it already has, adds the histogram it computed
+for it the first time: the sum torchao makes, in the same order, without recounting.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import weakref
 
 import numpy as np
 import torch
@@ -23,6 +30,38 @@ from torchao.quantization.pt2e import observer
 
 class HistogramObserver(observer.HistogramObserver):
     _pinned = None  # (scale, zero_point) tensors that calculate_qparams returns, if pinned
+    _last = None  # (weakref to the last input, its _version, min_val, max_val, its histc)
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """torchao's, but an input seen last time, unchanged (same tensor object, same
+        version) and the range unchanged since, adds its histogram computed once: torchao's
+        `histogram + histc(x, bins, min, max)` when the range does not move, the same sum."""
+        last = self._last
+        if (
+            last is not None
+            and last[0]() is x_orig
+            and last[1] == x_orig._version
+            and bool(self.min_val == last[2])
+            and bool(self.max_val == last[3])
+        ):
+            if last[4] is None:  # x within [min_val, max_val]: torchao's new range = this one
+                update = torch.histc(x_orig.detach(), self.bins, min=last[2], max=last[3])
+                last = self._last = (*last[:4], update.to(self.histogram.device))
+            combined = self.histogram + last[4]
+            self.histogram.detach_().resize_(combined.shape)
+            self.histogram.copy_(combined)
+            return x_orig
+        out = super().forward(x_orig)
+        self._last = None
+        if x_orig.numel() and self.min_val.numel() == 1:
+            ref = weakref.ref(x_orig)
+            self._last = (ref, x_orig._version, self.min_val.clone(), self.max_val.clone(), None)
+        return out
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_last", None)  # a weakref: not picklable, and only a cache
+        return state
 
     def pin(self, scale: float, zero_point: int) -> None:
         """Report these qparams whatever was observed (a loop step's input takes the
