@@ -50,3 +50,44 @@ def test_the_configs_observe_activations_with_it():
         assert config.weight.observer_or_fake_quant_ctr.p.func is not (
             histogram_observer.HistogramObserver
         )
+
+
+def _weight_every_step():
+    """A loop step's weight observed once per timestep (the same tensor), activations in
+    between, the weight changed in place halfway (its range grows): the repeat cache must
+    add the same histogram torchao recounts, and recount after the change."""
+    torch.manual_seed(1)
+    weight = torch.nn.Parameter(torch.randn(300, 40) * 0.1, requires_grad=False)
+    for t in range(40):
+        yield weight
+        if t % 7 == 3:
+            yield torch.randn(1, 40) * (1 + t / 10)
+        if t == 20:
+            with torch.no_grad():
+                weight.mul_(1.5)
+
+
+@pytest.mark.parametrize("kwargs", [{}, INT16], ids=["int8", "int16"])
+def test_a_repeated_input_gives_torchao_histogram(kwargs):
+    ours = histogram_observer.HistogramObserver(**kwargs)
+    theirs = observer.HistogramObserver(**kwargs)
+    for x in _weight_every_step():
+        ours(x)
+    for x in _weight_every_step():
+        theirs(x)
+    assert torch.equal(ours.histogram, theirs.histogram)
+    assert torch.equal(ours.min_val, theirs.min_val) and torch.equal(ours.max_val, theirs.max_val)
+    assert all(
+        torch.equal(a, b) for a, b in zip(ours.calculate_qparams(), theirs.calculate_qparams())
+    )
+
+
+def test_it_restores_the_thread_count():
+    threads = torch.get_num_threads()
+    ours = histogram_observer.HistogramObserver()
+    torch.set_num_threads(2)
+    try:
+        ours(torch.randn(100))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
