@@ -105,24 +105,9 @@ def reaching(o: Options, plans: list, predict) -> list[ArmPlan]:
     chosen = dataclasses.replace(choice, predicted=predicted, min_sqnr=target)
     if _worst(predicted[choice.name]) >= target:  # whether int8 would too: `holds`
         return [dataclasses.replace(first, precision=chosen), *plans[1:]]
-    order = list(cost_model.CANDIDATES)
-    tried = {choice.name: first}
-    for name, rest, recurrent in _wider(choice):
-        tried[name] = _plan(o, rest, recurrent, 8, None)
-        predicted[name] = predict(tried[name])
-        if _worst(predicted[name]) >= target:
-            break
+    tried = {choice.name: first, **_simulated_wider(o, choice, predicted, predict)}
     best = max(predicted, key=lambda n: _worst(predicted[n]))
-    rest, recurrent = next((r, c) for n, r, c in order if n == best)
-    short = None
-    if _worst(predicted[best]) < target:
-        scores = predicted[best]
-        k = scores.index(min(scores))
-        short = f"output {k} at {scores[k]:.1f} dB"
-    chosen = dataclasses.replace(
-        chosen, name=best, rest=rest, recurrent=recurrent, for_accuracy=True, short=short
-    )
-    plan = dataclasses.replace(tried[best], precision=chosen)
+    plan = dataclasses.replace(tried[best], precision=_for_accuracy(chosen, best, target))
     return [plan, *plans[1:]] if best == choice.name else [plan, plans[-1]]
 
 
@@ -139,6 +124,34 @@ def _wider(choice: Choice) -> list:
 def _limiting(scores: list) -> tuple:
     k = scores.index(min(scores))
     return k, scores[k]
+
+
+def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> dict:
+    """The plans of `choice`'s wider candidates (`_wider`), cheapest first, each simulated
+    into `predicted` unless it is there already, up to the first that reaches the target:
+    name -> plan."""
+    tried = {}
+    for name, rest, recurrent in _wider(choice):
+        tried[name] = _plan(o, rest, recurrent, 8, None)
+        if name not in predicted:
+            predicted[name] = predict(tried[name])
+        if _worst(predicted[name]) >= o.target_sqnr:
+            break
+    return tried
+
+
+def _for_accuracy(choice: Choice, name: str, target: float, **fields) -> Choice:
+    """`choice` turned to candidate `name` for accuracy (with `fields`), its `short` naming
+    the output that limits it when its prediction misses `target`."""
+    _, rest, recurrent = next(c for c in cost_model.CANDIDATES if c[0] == name)
+    scores = fields.get("predicted", choice.predicted)[name]
+    short = None
+    if _worst(scores) < target:
+        k, low = _limiting(scores)
+        short = f"output {k} at {low:.1f} dB"
+    return dataclasses.replace(
+        choice, name=name, rest=rest, recurrent=recurrent, for_accuracy=True, short=short, **fields
+    )
 
 
 def measured_as(plan: ArmPlan, measured: list) -> ArmPlan:
@@ -171,13 +184,8 @@ def widening(o: Options, plan: ArmPlan, predict) -> Optional[ArmPlan]:
         return None
     choice, target = plan.precision, o.target_sqnr
     measured = choice.measured[choice.name]
-    predicted, tried = dict(choice.predicted), {}
-    for name, rest, recurrent in _wider(choice):
-        tried[name] = _plan(o, rest, recurrent, 8, None)
-        if name not in predicted:
-            predicted[name] = predict(tried[name])
-        if _worst(predicted[name]) >= target:
-            break
+    predicted = dict(choice.predicted)
+    tried = _simulated_wider(o, choice, predicted, predict)
     if not tried:
         return None
     best = max(tried, key=lambda n: _worst(predicted[n]))  # the cheapest that reaches it
@@ -189,21 +197,7 @@ def widening(o: Options, plan: ArmPlan, predict) -> Optional[ArmPlan]:
     why += f", under the {target:g} dB target"
     if k < len(said):
         why += f" (predicted {said[k]:.1f})"
-    short = None
-    if _worst(predicted[best]) < target:
-        j, low = _limiting(predicted[best])
-        short = f"output {j} at {low:.1f} dB"
-    _, rest, recurrent = next(c for c in cost_model.CANDIDATES if c[0] == best)
-    chosen = dataclasses.replace(
-        choice,
-        name=best,
-        rest=rest,
-        recurrent=recurrent,
-        predicted=predicted,
-        for_accuracy=True,
-        widened=why,
-        short=short,
-    )
+    chosen = _for_accuracy(choice, best, target, predicted=predicted, widened=why)
     return dataclasses.replace(tried[best], precision=chosen)
 
 
