@@ -52,6 +52,7 @@ from .precision import accuracy
 from .precision import candidates as precision
 from .precision.judge import Judge, Verified
 from .quantization import quantizer as our_quantizer
+from .threads import one_thread
 
 
 @dataclasses.dataclass
@@ -161,6 +162,7 @@ def _count_call_functions(graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "call_function")
 
 
+@one_thread()
 def lower(
     module: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],
@@ -184,48 +186,7 @@ def lower(
     `result.vela` (when `run_vela`) is Vela's per-layer estimate. `progress` (an object
     with `stage(label)`, a context manager, and `steps(items, description)`) hears of each
     stage. Raises options.OptionError for options
-    the adapter cannot lower. Runs on one intra-op thread (see _one_thread)."""
-    with _one_thread():
-        return _lower(
-            module,
-            example_inputs,
-            options,
-            artifact_dir,
-            calibration_inputs,
-            progress,
-            run_vela,
-            evaluation,
-            verify,
-            **fields,
-        )
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """torch on one intra-op thread, restored after. A lowering's tensors are small (a step's
-    1x400 gates); split over 2 threads on a 2-core machine with another process busy, every
-    op waits for a descheduled thread: NSNet2's ethos-u85-256 lowering took 45 to 97 s on 2
-    threads and 34 s on one, the same .pte bytes."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _lower(
-    module,
-    example_inputs,
-    options,
-    artifact_dir,
-    calibration_inputs,
-    progress,
-    run_vela,
-    evaluation,
-    verify,
-    **fields,
-) -> LoweringResult:
+    the adapter cannot lower. Runs on one intra-op thread (threads.py)."""
     if isinstance(options, str):
         options = Options(options, **fields)
     elif fields:

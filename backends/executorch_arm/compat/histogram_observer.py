@@ -26,7 +26,6 @@ so the histogram is the same whatever the threads.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import weakref
 
@@ -34,18 +33,7 @@ import numpy as np
 import torch
 from torchao.quantization.pt2e import observer
 
-
-@contextlib.contextmanager
-def _one_thread():
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+from ..threads import one_thread
 
 
 class HistogramObserver(observer.HistogramObserver):
@@ -53,7 +41,7 @@ class HistogramObserver(observer.HistogramObserver):
     _last = None  # (weakref to the last input, its _version, min_val, max_val, its histc)
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
-        with _one_thread():
+        with one_thread():  # torch.histc's per-thread bins (../threads.py)
             return self._observe(x_orig)
 
     def _observe(self, x_orig: torch.Tensor) -> torch.Tensor:
