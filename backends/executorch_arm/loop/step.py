@@ -19,7 +19,7 @@ from executorch.backends.arm.quantizer import TOSAQuantizer
 from recurrent_lowering.runtime.quantization import QuantParams
 
 from ..compat.histogram_observer import HistogramObserver
-from ..edge_io import io_mapping
+from ..edge_io import io_mapping, quant_params
 from ..quantization.clip import clip_by_range
 from ..quantization.states import share_states
 from .op import LoopArgs, StepProgram, program_of
@@ -169,9 +169,7 @@ def _qparams(node, target) -> Optional[QuantParams]:
     else None."""
     if node is None or getattr(node, "target", None) != target:
         return None
-    scale, zero_point, qmin, qmax, dtype = node.args[1:6]
-    name = {torch.int8: "int8", torch.int16: "int16"}[dtype]
-    return QuantParams(float(scale), int(zero_point), int(qmin), int(qmax), name)
+    return quant_params(node)
 
 
 def simulated(node, tosa_spec):

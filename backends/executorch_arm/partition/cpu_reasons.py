@@ -23,8 +23,8 @@ from torch.fx import Node
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from recurrent_lowering.runtime.delegate_run import Boundary, BoundaryValue
-from recurrent_lowering.runtime.quantization import QuantParams
 
+from ..edge_io import quant_params
 from ..emission.origin import layer_of
 
 KEPT_ON_CPU = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
@@ -88,11 +88,6 @@ def recurrent_on_cpu(graph: torch.fx.Graph) -> collections.Counter:
     return layers
 
 
-def _params(node: Node) -> QuantParams:
-    _, scale, zero_point, qmin, qmax, dtype = node.args[:6]
-    return QuantParams(float(scale), int(zero_point), int(qmin), int(qmax), str(dtype)[6:])
-
-
 def _shape(node: Node) -> tuple:
     return tuple(int(d) for d in node.meta["val"].shape)
 
@@ -110,11 +105,13 @@ def delegate_boundaries(graph: torch.fx.Graph) -> dict:
                 continue
             if any(v.name == producer.name for v in b.inputs):
                 continue
-            quant = _params(producer) if "quantize_per_tensor" in str(producer.target) else None
+            quant = (
+                quant_params(producer) if "quantize_per_tensor" in str(producer.target) else None
+            )
             b.inputs.append(BoundaryValue(producer.name, _shape(producer), quant))
         outside = [u for u in node.users if u.meta.get("delegation_tag") != tag]
         if outside:
             dq = [u for u in outside if "dequantize_per_tensor" in str(u.target)]
-            quant = _params(dq[0]) if dq and len(dq) == len(outside) else None
+            quant = quant_params(dq[0]) if dq and len(dq) == len(outside) else None
             b.outputs.append(BoundaryValue(node.name, _shape(node), quant))
     return boundaries
