@@ -16,6 +16,7 @@ from recurrent_lowering.backends.executorch_arm.precision import candidates, jud
 from recurrent_lowering.backends.executorch_arm.precision import cost_model as precision
 from recurrent_lowering.examples.models import CRNN
 from recurrent_lowering.runtime import arm_numerics
+from recurrent_lowering.tests.executorch_arm.sequence_output import SequenceOutput
 
 BUDGET = 0.03
 
@@ -175,22 +176,16 @@ def test_a_lowering_failure_is_one_line_with_its_cause():
     assert candidates.fell_back(first, int8, why).precision.fallback == why
 
 
-class _BiLstmProj(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.rnn = torch.nn.LSTM(10, 16, num_layers=2, bidirectional=True, proj_size=6)
-
-    def forward(self, x):
-        return self.rnn(x)[0]
-
-
 def test_a_bidirectional_lstm_with_proj_size_through_the_cost_model():
     """The cost model reads a recurrent op through the same reader as the decomposition
     (recurrent_ops.aten): per layer and direction W [4H, I_l], R [4H, P] and the projection
     [P, H], where reading aten.lstm's flat params 4 to a direction would shift them."""
     torch.manual_seed(0)
     T = 5
-    f = _features(_BiLstmProj().eval(), (torch.randn(T, 1, 10),))
+    f = _features(
+        SequenceOutput(torch.nn.LSTM(10, 16, num_layers=2, bidirectional=True, proj_size=6)).eval(),
+        (torch.randn(T, 1, 10),),
+    )
     H, P = 16, 6
     per_direction = []
     for in_size in (10, 10, 2 * P, 2 * P):  # layer 0 reads x, layer 1 both directions' h
@@ -410,15 +405,6 @@ def test_a_measured_choice_stays_when_it_reaches_the_target_or_nothing_wider_pro
         assert not candidates.missed(o, dataclasses.replace(missed, precision=choice))
 
 
-class _Gru(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.gru = torch.nn.GRU(8, 16, batch_first=True)
-
-    def forward(self, x):
-        return self.gru(x)[0]
-
-
 def test_flow_lowers_a_wider_candidate_when_the_tosa_reference_model_misses_the_target(
     tmp_path, monkeypatch
 ):
@@ -427,7 +413,7 @@ def test_flow_lowers_a_wider_candidate_when_the_tosa_reference_model_misses_the_
     reference model, so flow.lower lowers int16 after it and keeps it; the figures it
     reports are the TOSA reference model's (arm_numerics.check on the same sample)."""
     torch.manual_seed(0)
-    model = _Gru().eval()
+    model = SequenceOutput(torch.nn.GRU(8, 16, batch_first=True)).eval()
     samples = [(torch.randn(1, 6, 8),)]
     simulate = judge.Judge.predict
 

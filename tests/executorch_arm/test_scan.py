@@ -18,6 +18,7 @@ from recurrent_lowering.backends.executorch_arm.loop.tosa_template import TosaTe
 from recurrent_lowering.examples import models
 from recurrent_lowering.passes.spec import SpecError
 from recurrent_lowering.runtime import arm_numerics, tosa_flatbuffer, tosa_reference
+from recurrent_lowering.tests.executorch_arm.sequence_output import SequenceOutput
 
 
 def _small(kind, layers=1, bidirectional=False, T=5):
@@ -167,20 +168,11 @@ def test_scan_ethos_u55(tmp_path):
     assert arm_numerics.check(result, module, inputs).sqnr_db > 35
 
 
-class _Gru(torch.nn.Module):
-    """A GRU whose Y is the output (no head whose int8 output would hide the state's error)."""
-
-    def __init__(self):
-        super().__init__()
-        self.rnn = torch.nn.GRU(8, 32, batch_first=True)
-
-    def forward(self, x):
-        return self.rnn(x)[0]
-
-
 def test_int16_state_in_an_int8_program(tmp_path):
     torch.manual_seed(0)
-    module, inputs = _Gru().eval(), (torch.randn(1, 12, 8),)
+    # Y as the output: no head whose int8 output would hide the state's error
+    module = SequenceOutput(torch.nn.GRU(8, 32, batch_first=True)).eval()
+    inputs = (torch.randn(1, 12, 8),)
     sqnr = {}
     for bits in (8, 16):
         result = flow.lower(
@@ -197,21 +189,12 @@ def test_int16_state_in_an_int8_program(tmp_path):
     assert sqnr[16] > sqnr[8] + 3  # measured: 34.6 -> 38.3 dB
 
 
-class _RnnRelu(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.rnn = torch.nn.RNN(4, 8, nonlinearity="relu", batch_first=True)
-
-    def forward(self, x):
-        return self.rnn(x)[0]
-
-
 def test_scan_relu_state_takes_its_quantization_from_the_add(tmp_path):
     """A relu keeps its input's qparams (TOSA: a CLAMP, no rescale), so the step's state
     output shares the input state's qparams through the add before it; shared at the relu
     itself, every step after the first came out shifted (SQNR -0.6 dB; unrolled 41.6)."""
     torch.manual_seed(0)
-    module = _RnnRelu().eval()
+    module = SequenceOutput(torch.nn.RNN(4, 8, nonlinearity="relu", batch_first=True)).eval()
     with torch.no_grad():
         for p in module.parameters():
             p.uniform_(-0.2, 0.2)

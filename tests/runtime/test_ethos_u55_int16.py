@@ -27,6 +27,7 @@ import tosa_serializer as ts
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.runtime import ethos_u55_int16 as u55
 from recurrent_lowering.runtime import tosa_copy, tosa_flatbuffer, tosa_reference
+from recurrent_lowering.tests.runtime.tosa_graphs import attribute, const, rescale
 
 
 class _GruCell(torch.nn.Module):
@@ -76,34 +77,11 @@ def test_every_table_is_followed_by_the_rescale_vela_fuses(lowered):
     ops = _ops(tosa)
     readers = {name: op for op in ops for name in op.inputs}
     for op in (op for op in ops if op.op == ts.Op.TABLE):
-        rescale = readers[op.outputs[0]]
-        assert rescale.op == ts.Op.RESCALE
-        multiplier = tosa_flatbuffer.constant_values(tosa, rescale.inputs[1])
-        shift = tosa_flatbuffer.constant_values(tosa, rescale.inputs[2])
+        after = readers[op.outputs[0]]
+        assert after.op == ts.Op.RESCALE
+        multiplier = tosa_flatbuffer.constant_values(tosa, after.inputs[1])
+        shift = tosa_flatbuffer.constant_values(tosa, after.inputs[2])
         assert (int(multiplier[0]), int(shift[0])) == (1 << 30, 37)  # >> 7, rounding half up
-
-
-def _attribute(kind, *args):
-    attr = ts.TosaSerializerAttribute()
-    getattr(attr, kind)(*args)
-    return attr
-
-
-def _const(block, name, shape, dtype, values):
-    block.addTensor(name, shape, dtype, np.asarray(values))
-    block.addOperator(ts.Op.CONST, [], [name], _attribute("ConstAttribute"))
-
-
-def _rescale(block, x, y, shape, dtypes, multiplier, shift):
-    """y = RESCALE(x) by `multiplier` and `shift`, single round, zero points 0; `dtypes` are
-    x's and y's."""
-    _const(block, y + "_m", [1], ts.DType.INT32, [multiplier])
-    _const(block, y + "_s", [1], ts.DType.INT8, [shift])
-    _const(block, y + "_zi", [1], dtypes[0], [0])
-    _const(block, y + "_zo", [1], dtypes[1], [0])
-    block.addTensor(y, shape, dtypes[1])
-    single = _attribute("RescaleAttribute", True, ts.RoundingMode.SINGLE_ROUND, False, False, False)
-    block.addOperator(ts.Op.RESCALE, [x, y + "_m", y + "_s", y + "_zi", y + "_zo"], [y], single)
 
 
 def _table_then_rescale(table: np.ndarray) -> bytes:
@@ -112,10 +90,10 @@ def _table_then_rescale(table: np.ndarray) -> bytes:
     block = graph.currRegion.currBasicBlock
     block.addTensor("x", [256, 256], ts.DType.INT16)
     block.addInput("x")
-    _const(block, "table", [513], ts.DType.INT16, table)
+    const(block, "table", [513], ts.DType.INT16, table)
     block.addTensor("value", [256, 256], ts.DType.INT32)
-    block.addOperator(ts.Op.TABLE, ["x", "table"], ["value"], _attribute("TableAttribute"))
-    _rescale(block, "value", "y", [256, 256], (ts.DType.INT32, ts.DType.INT16), 1 << 30, 37)
+    block.addOperator(ts.Op.TABLE, ["x", "table"], ["value"], attribute("TableAttribute"))
+    rescale(block, "value", "y", [256, 256], (ts.DType.INT32, ts.DType.INT16), 1 << 30, 37)
     block.addOutput("y")
     return bytes(graph.serialize())
 
@@ -221,15 +199,15 @@ def _elementwise_form(kind: str, form: tuple, n: int) -> bytes:
     for name, scale in zip("ab", form):
         block.addTensor(name, shape, i16)
         block.addInput(name)
-        _rescale(block, name, name + "32", shape, (i16, i32), *scale)
+        rescale(block, name, name + "32", shape, (i16, i32), *scale)
     block.addTensor("value", shape, i32)
     if kind == "MUL":
-        _const(block, "shift", [1], ts.DType.INT8, [0])
-        block.addOperator(ts.Op.MUL, ["a32", "b32", "shift"], ["value"], _attribute("MulAttribute"))
+        const(block, "shift", [1], ts.DType.INT8, [0])
+        block.addOperator(ts.Op.MUL, ["a32", "b32", "shift"], ["value"], attribute("MulAttribute"))
     else:
         op = ts.Op.ADD if kind == "ADD" else ts.Op.SUB
-        block.addOperator(op, ["a32", "b32"], ["value"], _attribute(f"{kind.title()}Attribute"))
-    _rescale(block, "value", "y", shape, (i32, i16), *form[2])
+        block.addOperator(op, ["a32", "b32"], ["value"], attribute(f"{kind.title()}Attribute"))
+    rescale(block, "value", "y", shape, (i32, i16), *form[2])
     block.addOutput("y")
     return bytes(graph.serialize())
 

@@ -27,6 +27,7 @@ from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.runtime import ethos_u55_int16 as u55
 from recurrent_lowering.runtime import tosa_copy, tosa_flatbuffer, tosa_reference
 from recurrent_lowering.runtime.metrics import sqnr_db
+from recurrent_lowering.tests.runtime.tosa_graphs import attribute, const, rescale
 
 
 class _Magnitude(torch.nn.Module):
@@ -188,27 +189,6 @@ def test_what_the_equality_rests_on(lowered):
     assert _spectra_sqnr(lowered, product48) < exact - 10
 
 
-def _attribute(kind, *args):
-    attr = ts.TosaSerializerAttribute()
-    getattr(attr, kind)(*args)
-    return attr
-
-
-def _const(block, name, shape, dtype, values):
-    block.addTensor(name, shape, dtype, np.asarray(values))
-    block.addOperator(ts.Op.CONST, [], [name], _attribute("ConstAttribute"))
-
-
-def _rescale(block, x, y, shape, dtypes, multiplier, shift):
-    _const(block, y + "_m", [1], ts.DType.INT32, [multiplier])
-    _const(block, y + "_s", [1], ts.DType.INT8, [shift])
-    _const(block, y + "_zi", [1], dtypes[0], [0])
-    _const(block, y + "_zo", [1], dtypes[1], [0])
-    block.addTensor(y, shape, dtypes[1])
-    single = _attribute("RescaleAttribute", True, ts.RoundingMode.SINGLE_ROUND, False, False, False)
-    block.addOperator(ts.Op.RESCALE, [x, y + "_m", y + "_s", y + "_zi", y + "_zo"], [y], single)
-
-
 _DTYPE = {16: ts.DType.INT16, 32: ts.DType.INT32}
 
 
@@ -217,7 +197,7 @@ def _rescale_graph(multiplier: int, shift: int, bits: tuple, n: int) -> bytes:
     block = graph.currRegion.currBasicBlock
     block.addTensor("x", [1, n], _DTYPE[bits[0]])
     block.addInput("x")
-    _rescale(block, "x", "y", [1, n], (_DTYPE[bits[0]], _DTYPE[bits[1]]), multiplier, shift)
+    rescale(block, "x", "y", [1, n], (_DTYPE[bits[0]], _DTYPE[bits[1]]), multiplier, shift)
     block.addOutput("y")
     return bytes(graph.serialize())
 
@@ -300,13 +280,13 @@ def test_the_coarse_sum_with_its_clamp_equals_tosa(lowered):
     for name in "ab":
         block.addTensor(name, shape, i16)
         block.addInput(name)
-        _rescale(block, name, name + "32", shape, (i16, i32), 1 << 30, 19)
+        rescale(block, name, name + "32", shape, (i16, i32), 1 << 30, 19)
     block.addTensor("sum", shape, i32)
-    block.addOperator(ts.Op.ADD, ["a32", "b32"], ["sum"], _attribute("AddAttribute"))
-    _rescale(block, "sum", "sum16", shape, (i32, i16), *form)
+    block.addOperator(ts.Op.ADD, ["a32", "b32"], ["sum"], attribute("AddAttribute"))
+    rescale(block, "sum", "sum16", shape, (i32, i16), *form)
     block.addTensor("y", shape, i16)
     bounds = (list(np.int16(v).tobytes()) for v in (128, 32767))
-    clamp = _attribute("ClampAttribute", *bounds, ts.NanPropagationMode.PROPAGATE)
+    clamp = attribute("ClampAttribute", *bounds, ts.NanPropagationMode.PROPAGATE)
     block.addOperator(ts.Op.CLAMP, ["sum16"], ["y"], clamp)
     block.addOutput("y")
     (want,) = tosa_reference.run(bytes(graph.serialize()), [a, b])
@@ -335,12 +315,12 @@ def test_the_two_roots_sum_less_the_constant_equals_tosa(lowered):
     for name in "ab":
         block.addTensor(name, shape, i32)
         block.addInput(name)
-    _const(block, "c", [1, 1], i32, [[constant]])
+    const(block, "c", [1, 1], i32, [[constant]])
     block.addTensor("sum", shape, i32)
-    block.addOperator(ts.Op.ADD, ["a", "b"], ["sum"], _attribute("AddAttribute"))
+    block.addOperator(ts.Op.ADD, ["a", "b"], ["sum"], attribute("AddAttribute"))
     block.addTensor("difference", shape, i32)
-    block.addOperator(ts.Op.SUB, ["sum", "c"], ["difference"], _attribute("SubAttribute"))
-    _rescale(block, "difference", "y", shape, (i32, i16), 1 << 30, 41)
+    block.addOperator(ts.Op.SUB, ["sum", "c"], ["difference"], attribute("SubAttribute"))
+    rescale(block, "difference", "y", shape, (i32, i16), 1 << 30, 41)
     block.addOutput("y")
     (want,) = tosa_reference.run(bytes(graph.serialize()), [a, b])
     total = u55.compute(add, a, b)
