@@ -22,6 +22,7 @@ from ..compat.histogram_observer import HistogramObserver
 from ..edge_io import io_mapping, quant_params
 from ..quantization.clip import clip_by_range
 from ..quantization.states import share_states
+from ..quantization.table_inputs import cap_table_inputs
 from .op import LoopArgs, StepProgram, program_of
 from .tosa_template import TosaTemplate
 
@@ -42,7 +43,8 @@ class StepTemplate:
 class _StepQuantizer(TOSAQuantizer):
     """The step's quantizer: the Arm annotation, each state output in its state input's
     group (inputs and outputs paired by position), then an int16 clip quantized to its own
-    range, as a whole program's (quantization.quantizer)."""
+    range and a sigmoid/tanh's input at a scale its table follows, as a whole program's
+    (quantization.quantizer)."""
 
     num_states = 0
 
@@ -51,6 +53,7 @@ class _StepQuantizer(TOSAQuantizer):
         states = list(model.graph.find_nodes(op="placeholder"))[: self.num_states]
         share_states(model.graph, [(state.name, i) for i, state in enumerate(states)])
         clip_by_range(model.graph)
+        cap_table_inputs(model.graph)
         return model
 
 

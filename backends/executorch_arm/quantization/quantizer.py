@@ -14,8 +14,9 @@ The quantization of a plan, in the order it runs:
        precision on their modules (set_module_type), none with keep_recurrent_on_cpu;
     3. weights every step reads narrowed to recurrent_weight_bits (weights.py);
     4. loop nodes annotated, their steps given their config (loop.quantization);
-    5. an int16 clip quantized to its own range (clip.py), and a split magnitude's
-       coarse root reading its input's (magnitude.py);
+    5. an int16 clip quantized to its own range (clip.py), an int16 sigmoid/tanh's input
+       at a scale its table follows (table_inputs.py), and a split magnitude's coarse root
+       reading its input's (magnitude.py);
     6. int16 recurrent layers in an int8 rest: moves after a layer keep its int16
        (regions.py);
     7. recurrent layers kept on the CPU: no annotation inside them (float);
@@ -38,7 +39,7 @@ from ..emission.origin import layer_of
 from ..loop.quantization import annotate_loops
 from ..plan import ArmPlan, quantization_config
 from ..recurrent_ops.aten import MODULE_TYPES
-from . import clip, magnitude, regions, states, weights
+from . import clip, magnitude, regions, states, table_inputs, weights
 
 _Q_KEY = "quantization_annotation"
 
@@ -84,6 +85,7 @@ class _Policies:
             step_config = weights.narrow(step_config or config, bits)
         loops = annotate_loops(graph, config, step_config)
         clip.clip_by_range(graph)
+        table_inputs.cap_table_inputs(graph)
         magnitude.share_above(graph)
         if plan.recurrent_activations not in (None, plan.activations) and config is not None:
             regions.fold_boundaries(graph)
