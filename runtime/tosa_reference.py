@@ -9,6 +9,11 @@ directly; `output_quant` dequantizes the integer outputs back to float.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import sys
+import tempfile
 from typing import Optional, Sequence
 
 import numpy as np
@@ -19,6 +24,32 @@ from .quantization import QuantParams
 
 class TosaReferenceError(RuntimeError):
     """The reference model rejected the graph or its inputs."""
+
+
+_VERSION_NOTICE = "WARNING: Different TOSA spec in flatbuffer and serializer versions"
+
+
+@contextlib.contextmanager
+def _reference_model_stdout():
+    """The reference model's C++ prints a version notice on stdout for every flatbuffer
+    ExecuTorch writes (TOSA 1.0.0 read by a 1.1.0 serializer, backward compatible): kept off
+    the caller's stdout. Anything else it prints goes to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            ctypes.CDLL(None).fflush(None)  # the C library's buffered stdout, into the sink
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith(_VERSION_NOTICE)]
+    if lines:
+        sys.stderr.write("\n".join(lines) + "\n")
 
 
 def _prepare_input(
@@ -85,7 +116,8 @@ def run(
     pieces = None
     if tosa_flatbuffer.count_ops(buf, include_constants=False) > piece_ops:
         pieces = tosa_pieces.split(buf, piece_ops)
-    outputs = tosa_pieces.run(pieces, arrays, run_graph) if pieces else run_graph(buf, arrays)
+    with _reference_model_stdout():
+        outputs = tosa_pieces.run(pieces, arrays, run_graph) if pieces else run_graph(buf, arrays)
     results = []
     for info, out, quant in zip(out_infos, outputs, output_quant):
         out = np.asarray(out).reshape(info.shape)
