@@ -492,6 +492,45 @@ def header(args, command: str) -> list[str]:
     ]
 
 
+# the CLI's stages (its report's time.stages), grouped: column -> stage name prefixes
+_STAGES = {
+    "predict": ("predict the",),  # the candidates', the wider ones', the fallback's
+    "lower": ("partition and lower", "export", "write the .pte"),
+    "verify (TOSA)": ("verify the choice",),
+    "numerics (TOSA)": ("numerics on the TOSA",),
+}
+
+
+def stages(records: list) -> list:
+    """Markdown lines: where each lowering's time went, from the CLI's report."""
+    lines = [
+        "",
+        "Where the time goes, seconds (the CLI's report, `time.stages`; lower: export, "
+        "partition and lower with Vela, write the .pte; a widened choice's second "
+        "lowering inside `lower`):",
+        "",
+        "| model | target | wall | CLI total | " + " | ".join(_STAGES) + " | rest |",
+        "|---|---|---|---|" + "---|" * len(_STAGES) + "---|",
+    ]
+    for r in records:
+        time = (r.get("report") or {}).get("time")
+        if not time:
+            continue
+        spent = {c: 0.0 for c in _STAGES}
+        for name, s in time["stages"].items():
+            column = next((c for c, p in _STAGES.items() if name.startswith(p)), None)
+            if column:
+                spent[column] += s
+        rest = time["total_s"] - sum(spent.values())
+        cells = [f"{spent[c]:.1f}" for c in _STAGES] + [f"{rest:.1f}"]
+        lines.append(
+            f"| {r['model']} | {r['target']} | {r['wall_s']:.1f} | {time['total_s']:.1f} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="Markdown table; reports go to OUT.jsonl")
@@ -547,7 +586,7 @@ def main() -> None:
 
     def write() -> None:  # after every lowering: a stopped run keeps what it measured
         with open(args.out, "w") as f:
-            f.write("\n".join(header(args, command) + rows) + "\n")
+            f.write("\n".join(header(args, command) + rows + stages(records)) + "\n")
         with open(jsonl, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
 

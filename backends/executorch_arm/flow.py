@@ -307,7 +307,9 @@ def lower_first(
             measured = result.vela.summary.cycles if result.vela is not None else None
             why = precision.misfit(plan, measured)
             if why is not None and predict is not None:
-                plan = result.plan = precision.holds(result.plan, plans[k + 1], predict)
+                label = "predict the fallback's accuracy"
+                with _timed(result.times, "fallback", progress or _Silent(), label):
+                    plan = result.plan = precision.holds(result.plan, plans[k + 1], predict)
                 why = precision.misfit(plan, measured)
             if why is None:
                 result.times = {**times, **result.times}
