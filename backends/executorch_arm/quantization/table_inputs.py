@@ -11,9 +11,10 @@ narrower calibrated range keeps its own scale, so a program whose ranges lie wit
 is unchanged.
 
 An input the activation alone reads (a gate's pre-activation) is observed with the cap. A
-value with other readers (an LSTM's cell state, also the next state) keeps its range for
-them, and the tanh's edge is requantized to 2^-12, which is the int16 observers' floor:
-where the value's range is within +-8 its scale is 2^-12 already and the pair folds away.
+value with other readers (an LSTM's cell state, also the next state) or a range shared
+with another value (a loop step's c, in its state input's group) keeps its range, and the
+tanh's edge is requantized to 2^-12, which is the int16 observers' floor: where the
+value's range is within +-8 its scale is 2^-12 already and the pair folds away.
 """
 
 from __future__ import annotations
@@ -30,24 +31,23 @@ MAX_SCALE = {torch.ops.aten.sigmoid.default: 2.0**-11, torch.ops.aten.tanh.defau
 
 
 def cap_table_inputs(graph: Graph) -> int:
-    """Cap the int16 input scale of every sigmoid/tanh whose input it alone reads; how many."""
+    """Cap the int16 input scale of every sigmoid/tanh (see above); how many."""
     count = 0
     for node in graph.nodes:
-        if node.op != "call_function" or node.target not in MAX_SCALE:
+        if node.op != "call_function" or node.target not in MAX_SCALE or _Q_KEY not in node.meta:
             continue
-        source = node.args[0]
-        if not isinstance(source, Node) or _Q_KEY not in node.meta:
-            continue
+        source, inputs = node.args[0], node.meta[_Q_KEY].input_qspec_map
+        edge = inputs.get(source) if isinstance(source, Node) else None
+        if not _capable(edge):
+            continue  # int8, or a fixed or shared range
+        max_scale = MAX_SCALE[node.target]
         producer = source.meta.get(_Q_KEY)
         spec = getattr(producer, "output_qspec", None)
-        if not (_capable(spec) and _shares(node.meta[_Q_KEY].input_qspec_map.get(source), spec)):
-            continue  # int8, fixed or shared ranges, or an edge quantized on its own
-        max_scale = MAX_SCALE[node.target]
-        if len(source.users) == 1:
+        if len(source.users) == 1 and _capable(spec) and _shares(edge, spec):
             producer.output_qspec = capped(spec, max_scale)
-            node.meta[_Q_KEY].input_qspec_map[source] = producer.output_qspec
-        elif spec.observer_or_fake_quant_ctr.p.keywords.get("eps") == max_scale:
-            node.meta[_Q_KEY].input_qspec_map[source] = _fixed(spec, max_scale)
+            inputs[source] = producer.output_qspec
+        elif edge.observer_or_fake_quant_ctr.p.keywords.get("eps") == max_scale:
+            inputs[source] = _fixed(edge, max_scale)  # other readers, or a shared range
         else:
             continue
         count += 1
