@@ -40,6 +40,14 @@ def test_same_qparams_as_torchao(name, kwargs):
     assert torch.equal(scale, expected_scale) and torch.equal(zero_point, expected_zero_point)
 
 
+def test_the_search_is_ours():
+    """The equality above would hold trivially were torchao's search the one running: ours
+    (and the capped one's) overrides it."""
+    theirs = observer.HistogramObserver._non_linear_param_search
+    for cls in (histogram_observer.HistogramObserver, histogram_observer.CappedHistogramObserver):
+        assert cls._non_linear_param_search is not theirs
+
+
 def test_the_configs_observe_activations_with_it():
     for activations in ("int8", "int16"):
         config = quantization_config(activations)

@@ -85,33 +85,6 @@ class HistogramObserver(observer.HistogramObserver):
             return self._pinned
         return super().calculate_qparams()
 
-
-class CappedHistogramObserver(HistogramObserver):
-    """A symmetric observer whose scale is at most `max_scale`: the values beyond
-    max_scale * quant_max saturate (quantization.table_inputs: a table's input)."""
-
-    def __init__(self, *args, max_scale: float, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.max_scale = max_scale
-
-    def calculate_qparams(self):
-        scale, zero_point = super().calculate_qparams()
-        if self._pinned is None:
-            scale = torch.clamp(scale, max=self.max_scale)
-        return scale, zero_point
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, max_scale={self.max_scale}"
-
-
-def capped(spec, max_scale: float):
-    """`spec` (observed by our HistogramObserver) with its scale at most `max_scale`."""
-    partial = spec.observer_or_fake_quant_ctr.p
-    if partial.func is not HistogramObserver:
-        raise TypeError(f"cannot cap the scale of {partial.func.__name__}")
-    ctr = CappedHistogramObserver.with_args(*partial.args, **partial.keywords, max_scale=max_scale)
-    return dataclasses.replace(spec, observer_or_fake_quant_ctr=ctr)
-
     def _non_linear_param_search(self) -> tuple[torch.Tensor, torch.Tensor]:
         """torchao's search (NormMinimization's non-linear search), the same steps."""
         assert self.histogram.size()[0] == self.bins, "bins mismatch"
@@ -151,6 +124,33 @@ def capped(spec, max_scale: float):
         new_min = self.min_val + bin_width * start_bin
         new_max = self.min_val + bin_width * (end_bin + 1)
         return new_min, new_max
+
+
+class CappedHistogramObserver(HistogramObserver):
+    """A symmetric observer whose scale is at most `max_scale`: the values beyond
+    max_scale * quant_max saturate (quantization.table_inputs: a table's input)."""
+
+    def __init__(self, *args, max_scale: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_scale = max_scale
+
+    def calculate_qparams(self):
+        scale, zero_point = super().calculate_qparams()
+        if self._pinned is None:
+            scale = torch.clamp(scale, max=self.max_scale)
+        return scale, zero_point
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, max_scale={self.max_scale}"
+
+
+def capped(spec, max_scale: float):
+    """`spec` (observed by our HistogramObserver) with its scale at most `max_scale`."""
+    partial = spec.observer_or_fake_quant_ctr.p
+    if partial.func is not HistogramObserver:
+        raise TypeError(f"cannot cap the scale of {partial.func.__name__}")
+    ctr = CappedHistogramObserver.with_args(*partial.args, **partial.keywords, max_scale=max_scale)
+    return dataclasses.replace(spec, observer_or_fake_quant_ctr=ctr)
 
 
 def _faster(spec):
