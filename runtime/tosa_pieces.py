@@ -154,7 +154,8 @@ def _write(tensors, shapes, operators, ops: list, inputs: list, outputs: list) -
 
 def run(pieces: Pieces, inputs: Sequence[np.ndarray], run_graph) -> list[np.ndarray]:
     """The whole graph's outputs: `run_graph(flatbuffer, arrays)` on each piece in turn."""
-    values = {**pieces.constants, **dict(zip(pieces.inputs, inputs))}
+    values = {n: a.copy() for n, a in pieces.constants.items()}  # pieces may be cached
+    values.update(zip(pieces.inputs, inputs))
     for graph in pieces.graphs:
         ins, outs = tosa_flatbuffer.graph_io(graph)
         results = run_graph(graph, [values[i.name] for i in ins])

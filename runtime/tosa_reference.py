@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 import tempfile
@@ -75,6 +76,15 @@ def _prepare_input(
     return np.ascontiguousarray(value.astype(target, copy=False))
 
 
+@functools.lru_cache(maxsize=4)
+def _pieces(buf: bytes, piece_ops: int) -> Optional[tosa_pieces.Pieces]:
+    """`buf` split for the reference model (tosa_pieces), or None to run it whole: decided
+    once per graph, not once per sample of a stream."""
+    if tosa_flatbuffer.count_ops(buf, include_constants=False) > piece_ops:
+        return tosa_pieces.split(buf, piece_ops)
+    return None
+
+
 def run(
     tosa: tosa_flatbuffer.TosaSource,
     inputs: Sequence[np.ndarray],
@@ -113,9 +123,7 @@ def run(
             raise TosaReferenceError(f"TOSA reference model returned {status.name}")
         return outputs
 
-    pieces = None
-    if tosa_flatbuffer.count_ops(buf, include_constants=False) > piece_ops:
-        pieces = tosa_pieces.split(buf, piece_ops)
+    pieces = _pieces(buf, piece_ops)
     with _reference_model_stdout():
         outputs = tosa_pieces.run(pieces, arrays, run_graph) if pieces else run_graph(buf, arrays)
     results = []

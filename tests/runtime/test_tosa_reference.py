@@ -147,6 +147,11 @@ def test_a_constant_output_of_a_graph_run_in_pieces():
     for a, b in zip(whole, parts):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(parts[1], np.arange(6, dtype=np.float32).reshape(2, 3))
+    # The pieces are kept for the next run of the same graph (a stream's next frame): what a
+    # caller does to the outputs of one run is not in the next.
+    parts[1][:] = -1
+    again = tosa_reference.run(flatbuffer, [_x()], piece_ops=1)
+    np.testing.assert_array_equal(again[1], np.arange(6, dtype=np.float32).reshape(2, 3))
 
 
 def test_the_reference_models_version_notice_stays_off_stdout(capfd, monkeypatch):
