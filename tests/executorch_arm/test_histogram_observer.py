@@ -48,6 +48,36 @@ def test_the_search_is_ours():
         assert cls._non_linear_param_search is not theirs
 
 
+def test_a_widened_range_moves_the_histogram_as_torchao_does():
+    """_upscale_histogram equals torchao's bit for bit: integer and fractional counts, ranges
+    from 1e-4 to 1e2, widened on either side or both, or not at all."""
+    ours, theirs = histogram_observer.HistogramObserver(), observer.HistogramObserver()
+    g = torch.Generator().manual_seed(0)
+    for k in range(200):
+        counts = torch.rand(2048, generator=g) * 100
+        counts = torch.floor(counts) if k % 3 == 0 else counts
+        low, high = torch.randn(2, generator=g).sort().values * 10.0 ** (k % 7 - 4)
+        width = high - low
+        new_low = low - torch.rand(1, generator=g)[0] * width * (k % 5)
+        new_high = high + torch.rand(1, generator=g)[0] * width * (k % 4) * 0.1
+        args = (counts, low, high, new_low, new_high)
+        assert torch.equal(ours._upscale_histogram(*args), theirs._upscale_histogram(*args)), k
+
+
+def test_a_widening_stream_gives_torchao_qparams():
+    """Observations that widen the range again and again (a loop step's first timesteps)."""
+    torch.manual_seed(1)
+    xs = [torch.randn(50) * (1 + 0.05 * k) + 0.01 * k for k in range(120)]
+    for kwargs in ({}, INT16):
+        ours = histogram_observer.HistogramObserver(**kwargs)
+        theirs = observer.HistogramObserver(**kwargs)
+        for x in xs:
+            ours(x)
+            theirs(x)
+        assert torch.equal(ours.histogram, theirs.histogram)
+        assert all(map(torch.equal, ours.calculate_qparams(), theirs.calculate_qparams()))
+
+
 def test_the_configs_observe_activations_with_it():
     for activations in ("int8", "int16"):
         config = quantization_config(activations)

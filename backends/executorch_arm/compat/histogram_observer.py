@@ -16,6 +16,14 @@ over 480,000 values each time, 85 s of its 135 s lowering. An observer seeing th
 tensor again, unchanged, within the range it already has, adds the histogram it computed
 for it the first time: the sum torchao makes, in the same order, without recounting.
 
+When an observation widens the range, torchao moves the old histogram into the new bins
+(`_upscale_histogram`): it splits each bin into 128 points and `bucketize`s all 262,144 of
+them against the 2,049 new bounds, 0.6 ms of a 1 ms call; a loop step's calibration widens
+on about one observation in six (madmom's BLSTM: 23,000 times). The points are sorted, so
+here the bounds are searched among the points instead (2,049 binary searches) and the
+points' buckets counted from where each bound falls: the same bucket per point, the same
+weighted bincount, the same histogram, bit for bit (pinned by a test).
+
 Each observation runs on one intra-op thread. torch.histc splits even 400 values over the
 threads, each counting into its own 2048 bins, then joins them: on a 2-core machine with
 another process busy, the join waits for a descheduled thread, 3 to 12 ms a call against
@@ -84,6 +92,24 @@ class HistogramObserver(observer.HistogramObserver):
         if self._pinned is not None:
             return self._pinned
         return super().calculate_qparams()
+
+    def _upscale_histogram(self, histogram, orig_min, orig_max, update_min, update_max):
+        """torchao's, with `bucketize(points, bounds, right=True) - 1` computed from the sorted
+        points' side: a point's bucket is the number of bounds at or below it, less one."""
+        n = self.bins * self.upsample_rate
+        points = torch.linspace(orig_min, orig_max, n + 1, device=orig_min.device)[:-1]
+        points = points.to(histogram.device) + 0.5 * ((orig_max - orig_min) / n)
+        bounds = torch.linspace(update_min, update_max, self.bins + 1, device=update_min.device)
+        bounds = bounds.to(histogram.device)
+        if not (
+            bool((points[1:] >= points[:-1]).all()) and bool((bounds[1:] >= bounds[:-1]).all())
+        ):
+            return super()._upscale_histogram(histogram, orig_min, orig_max, update_min, update_max)
+        first = torch.searchsorted(points, bounds)  # the first point at or past each bound
+        buckets = torch.cumsum(torch.bincount(first, minlength=n + 1)[:n], 0) - 1
+        buckets.clamp_(0, self.bins - 1)
+        weights = histogram.repeat_interleave(self.upsample_rate) / self.upsample_rate
+        return torch.bincount(buckets, weights=weights, minlength=self.bins)
 
     def _non_linear_param_search(self) -> tuple[torch.Tensor, torch.Tensor]:
         """torchao's search (NormMinimization's non-linear search), the same steps."""
