@@ -298,16 +298,39 @@ def test_a_choice_that_reaches_the_target_stands():
 
 def test_int8_short_of_the_target_gives_way_to_the_cheapest_wider_that_reaches_it():
     """Ethos-U85-like costs: int16 beyond the budget, chosen for accuracy when int8 misses
-    the target on one output; int16_recurrent, cheaper, is tried first."""
+    the target on one output. The most accurate wider candidate is simulated first; as it
+    reaches the target, int16_recurrent, cheaper, is simulated too, and misses."""
     estimates = {"int16": 1900.0, "int16_recurrent": 1300.0, "int8": 1000.0}
     scores = {"int8": [45.0, 12.0], "int16_recurrent": [44.0, 25.0], "int16": [50.0, 33.0]}
     plans, asked = _reaching(_choice("int8", estimates), scores)
-    assert asked == ["int8", "int16_recurrent", "int16"]
+    assert asked == ["int8", "int16", "int16_recurrent"]
     choice = plans[0].precision
     assert (choice.name, plans[0].activations, choice.for_accuracy) == ("int16", "int16", True)
     assert choice.short is None
     assert candidates.misfit(plans[0], 10**9) is None  # chosen for accuracy: no cycle fallback
     assert [p.activations for p in plans] == ["int16", "int8"]  # if it fails to lower
+
+
+def test_a_cheaper_candidate_that_reaches_the_target_is_taken_over_a_more_accurate_one():
+    """NSNet2 on ethos-u85-256: int8 misses, int16 and int16_recurrent both reach the target:
+    int16_recurrent, the cheaper, goes."""
+    estimates = {"int16": 1600.0, "int16_recurrent": 1500.0, "int8": 1000.0}
+    scores = {"int8": [23.6], "int16_recurrent": [35.9], "int16": [41.0]}
+    plans, asked = _reaching(_choice("int8", estimates), scores)
+    assert asked == ["int8", "int16", "int16_recurrent"]
+    choice = plans[0].precision
+    assert (choice.name, choice.for_accuracy, choice.short) == ("int16_recurrent", True, None)
+
+
+def test_when_the_most_accurate_misses_the_target_the_others_are_not_simulated():
+    """silero-vad on ethos-u85-256: int8 and int16 both under the target, so int16_recurrent
+    (int16 in the recurrent layers alone) is not simulated: int16 goes, short of it."""
+    estimates = {"int16": 27724.0, "int16_recurrent": 19342.0, "int8": 17182.0}
+    scores = {"int8": [11.7, 5.0], "int16_recurrent": [11.0, 4.5], "int16": [38.8, 24.0]}
+    plans, asked = _reaching(_choice("int8", estimates), scores)
+    assert asked == ["int8", "int16"]
+    choice = plans[0].precision
+    assert (choice.name, choice.short) == ("int16", "output 1 at 24.0 dB")
 
 
 def test_when_nothing_reaches_the_target_the_most_accurate_within_reason_goes():
@@ -345,8 +368,9 @@ def _predictions(scores, asked):
 
 def test_a_choice_measured_under_the_target_widens_to_the_cheapest_predicted_to_reach_it():
     """NSNet2 on ethos-u85-256: int8 predicted 32.0 dB, measured 23.7 on the TOSA reference
-    model. The wider candidates are simulated cheapest first; the first predicted to reach
-    the target is lowered after it, and the better measured of the two is kept."""
+    model. The most accurate wider candidate is simulated first and reaches the target, so
+    the cheaper one is too; the cheapest predicted to reach the target is lowered after it,
+    and the better measured of the two is kept."""
     estimates = {"int16": 1600.0, "int16_recurrent": 1500.0, "int8": 1000.0}
     first = _lowered(_choice("int8", estimates), {"int8": [45.0, 32.0]}, [44.0, 23.7])
     o = Options("ethos-u85-256")
@@ -354,7 +378,7 @@ def test_a_choice_measured_under_the_target_widens_to_the_cheapest_predicted_to_
     asked = []
     scores = {"int16_recurrent": [44.0, 31.0], "int16": [50.0, 40.0]}
     wider = candidates.widening(o, first, _predictions(scores, asked))
-    assert asked == ["int16_recurrent"]
+    assert asked == ["int16", "int16_recurrent"]
     choice = wider.precision
     assert (choice.name, wider.recurrent_activations, choice.for_accuracy) == (
         "int16_recurrent",
@@ -365,7 +389,7 @@ def test_a_choice_measured_under_the_target_widens_to_the_cheapest_predicted_to_
         "int8 measured 23.7 dB on output 1 on the TOSA reference model, under the 30 dB "
         "target (predicted 32.0)"
     )
-    assert choice.predicted == {"int8": [45.0, 32.0], "int16_recurrent": [44.0, 31.0]}
+    assert choice.predicted == {"int8": [45.0, 32.0], **scores}
 
     better = candidates.settled(first, candidates.measured_as(wider, [44.0, 29.0]))
     assert better.precision.name == "int16_recurrent"
@@ -395,10 +419,11 @@ def test_a_measured_choice_stays_when_it_reaches_the_target_or_nothing_wider_pro
     reached = _lowered(_choice("int8", estimates), {"int8": [45.0, 32.0]}, [44.0, 30.5])
     assert not candidates.missed(o, reached)
     assert candidates.widening(o, reached, predict) is None and asked == []
-    # Both wider candidates simulated, neither above the 23.7 dB measured: int8 stays.
+    # The most accurate wider candidate simulated, under the target and no better than the
+    # 23.7 dB measured: int16_recurrent is not simulated, int8 stays.
     missed = _lowered(_choice("int8", estimates), {"int8": [45.0, 32.0]}, [44.0, 23.7])
     assert candidates.widening(o, missed, predict) is None
-    assert asked == ["int16_recurrent", "int16"]
+    assert asked == ["int16"]
     # Already the most accurate predicted (`short`), or a fallback on cycles: no widening.
     for kept in ({"short": "output 1 at 25.0 dB"}, {"fallback": "int16 did not lower: x"}):
         choice = dataclasses.replace(missed.precision, **kept)
