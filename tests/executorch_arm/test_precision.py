@@ -320,6 +320,11 @@ def test_a_cheaper_candidate_that_reaches_the_target_is_taken_over_a_more_accura
     assert asked == ["int8", "int16", "int16_recurrent"]
     choice = plans[0].precision
     assert (choice.name, choice.for_accuracy, choice.short) == ("int16_recurrent", True, None)
+    # Where int16 is the cheaper of the two (U55-like estimates), int16_recurrent is not
+    # simulated once int16 reaches the target.
+    estimates = {"int16": 1010.0, "int16_recurrent": 1020.0, "int8": 1000.0}
+    plans, asked = _reaching(_choice("int8", estimates), scores)
+    assert asked == ["int8", "int16"] and plans[0].precision.name == "int16"
 
 
 def test_when_the_most_accurate_misses_the_target_the_others_are_not_simulated():

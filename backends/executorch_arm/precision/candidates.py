@@ -139,14 +139,19 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     """The plans of `choice`'s wider candidates (`_wider`) simulated into `predicted` (unless
     there already): name -> plan. The most accurate of them first: when it misses the
     target, the narrower ones would too (a candidate is taken to be no more accurate than
-    one wider everywhere it is), and it is the answer alone; else the cheaper ones, cheapest
-    first, up to the first that reaches the target. On ethos-u85-256 that is two simulations
-    instead of three where nothing reaches the target (five of the seven real models)."""
+    one wider everywhere it is), and it is the answer alone; else the ones estimated cheaper
+    than it, cheapest first, up to the first that reaches the target. On ethos-u85-256 that
+    is two simulations instead of three where nothing reaches the target (five of the seven
+    real models)."""
     wider = _wider(choice)
+    if not wider:
+        return {}
     rank = [c[0] for c in cost_model.CANDIDATES]  # most accurate first
-    widest = min(wider, key=lambda c: rank.index(c[0]), default=None)
+    widest = min(wider, key=lambda c: rank.index(c[0]))
+    cost = choice.estimates
+    cheaper = [c for c in wider if cost[c[0]] < cost[widest[0]]]  # `wider` is in cost order
     tried = {}
-    for name, rest, recurrent in ([widest] if widest else []) + [c for c in wider if c != widest]:
+    for name, rest, recurrent in [widest, *cheaper]:
         tried[name] = _plan(o, rest, recurrent, 8, None)
         if name not in predicted:
             predicted[name] = predict(tried[name])
