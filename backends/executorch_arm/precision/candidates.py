@@ -143,22 +143,22 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     than it, cheapest first, up to the first that reaches the target. On ethos-u85-256 that
     is two simulations instead of three where nothing reaches the target (five of the seven
     real models)."""
-    wider = _wider(choice)
-    if not wider:
-        return {}
-    rank = [c[0] for c in cost_model.CANDIDATES]  # most accurate first
-    widest = min(wider, key=lambda c: rank.index(c[0]))
-    cost = choice.estimates
-    cheaper = [c for c in wider if cost[c[0]] < cost[widest[0]]]  # `wider` is in cost order
-    tried = {}
-    for name, rest, recurrent in [widest, *cheaper]:
+    wider, tried = _wider(choice), {}
+
+    def reaches(candidate) -> bool:
+        name, rest, recurrent = candidate
         tried[name] = _plan(o, rest, recurrent, 8, None)
         if name not in predicted:
             predicted[name] = predict(tried[name])
-        if name == widest[0] and _worst(predicted[name]) < o.target_sqnr:
-            break
-        if name != widest[0] and _worst(predicted[name]) >= o.target_sqnr:
-            break
+        return _worst(predicted[name]) >= o.target_sqnr
+
+    widest = next((c for c in cost_model.CANDIDATES if c in wider), None)  # most accurate
+    if widest is not None and reaches(widest):
+        cost = choice.estimates
+        cheaper = [c for c in wider if cost[c[0]] < cost[widest[0]]]  # in cost order
+        for candidate in cheaper:
+            if reaches(candidate):
+                break
     return tried
 
 
