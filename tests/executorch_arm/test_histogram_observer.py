@@ -120,6 +120,44 @@ def test_a_repeated_input_gives_torchao_histogram(kwargs):
     )
 
 
+def _mixed_stream():
+    """A constant first (torchao's one-value histogram), then observations within the range,
+    widening it on either side, on a bound exactly, an empty one, one with an inf, and a
+    tensor seen again unchanged, then changed in place."""
+    g = torch.Generator().manual_seed(2)
+    again = torch.randn(30, generator=g)
+    yield torch.full((5,), 0.25)
+    for k in range(300):
+        scale = 1 + (k % 37 == 0) * k / 20
+        yield torch.randn(int(torch.randint(1, 200, (1,), generator=g)), generator=g) * scale
+        if k % 11 == 0:
+            yield again
+        if k % 53 == 0:
+            yield torch.tensor([])
+        if k == 100:
+            yield torch.tensor([1.0, float("inf"), -2.0])
+        if k == 150:
+            again.mul_(3.0)
+        if k % 29 == 0:
+            yield torch.tensor([1.0, -1.0]) * (k / 40)
+
+
+@pytest.mark.parametrize("kwargs", [{}, INT16], ids=["int8", "int16"])
+def test_each_observation_leaves_torchao_histogram(kwargs):
+    """Ours takes a shorter path for observations within the range: after each one of the
+    stream, histogram and range equal torchao's bit for bit."""
+    ours = histogram_observer.HistogramObserver(**kwargs)
+    theirs = observer.HistogramObserver(**kwargs)
+    with pytest.warns(UserWarning, match="inf"):
+        for k, x in enumerate(_mixed_stream()):
+            ours(x)
+            theirs(x)
+            assert torch.equal(ours.histogram, theirs.histogram), k
+            assert torch.equal(ours.min_val, theirs.min_val), k
+            assert torch.equal(ours.max_val, theirs.max_val), k
+    assert all(map(torch.equal, ours.calculate_qparams(), theirs.calculate_qparams()))
+
+
 def test_it_restores_the_thread_count():
     threads = torch.get_num_threads()
     ours = histogram_observer.HistogramObserver()

@@ -24,6 +24,13 @@ here the bounds are searched among the points instead (2,049 binary searches) an
 points' buckets counted from where each bound falls: the same bucket per point, the same
 weighted bincount, the same histogram, bit for bit (pinned by a test).
 
+Most observations fall within the range already seen. torchao's forward still makes about
+fifteen tensor ops of each (two-way min and max, equality tests, a fresh histogram copied
+back): 54 us a call on 400 values against 25 here, where such an observation is an aminmax
+and a histc added in place to the histogram, the same sum (GTCRN's quantization, 1,059
+observers over 120 frames: 41.4 -> 29.0 s). The first observation, one that widens the
+range, and a non-finite one go through torchao's forward.
+
 Each observation runs on one intra-op thread. torch.histc splits even 400 values over the
 threads, each counting into its own 2048 bins, then joins them: on a 2-core machine with
 another process busy, the join waits for a descheduled thread, 3 to 12 ms a call against
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import weakref
 
 import numpy as np
@@ -46,36 +54,47 @@ from ..threads import one_thread
 
 class HistogramObserver(observer.HistogramObserver):
     _pinned = None  # (scale, zero_point) tensors that calculate_qparams returns, if pinned
-    _last = None  # (weakref to the last input, its _version, min_val, max_val, its histc)
+    _last = None  # (weakref to the last input, its _version, (min_val, max_val), its histc)
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         with one_thread():  # torch.histc's per-thread bins (../threads.py)
             return self._observe(x_orig)
 
     def _observe(self, x_orig: torch.Tensor) -> torch.Tensor:
-        """torchao's forward, but an input seen last time, unchanged (same tensor object, same
-        version) and the range unchanged since, adds its histogram computed once: torchao's
-        `histogram + histc(x, bins, min, max)` when the range does not move, the same sum."""
+        """torchao's forward, its common case in three tensor ops. An observation within the
+        range already seen adds `histc(x, bins, min, max)` to the histogram, torchao's sum;
+        the first, one that widens the range, a non-finite one or another dtype go through
+        torchao's own forward. An input seen last time, unchanged (same tensor object, same
+        version) and the range unchanged since, adds the histogram computed for it then."""
+        if x_orig.numel() == 0:
+            return x_orig
+        bounds = (self.min_val.item(), self.max_val.item())
         last = self._last
         if (
             last is not None
             and last[0]() is x_orig
             and last[1] == x_orig._version
-            and bool(self.min_val == last[2])
-            and bool(self.max_val == last[3])
+            and last[2] == bounds
         ):
-            if last[4] is None:  # x within [min_val, max_val]: torchao's new range = this one
-                update = torch.histc(x_orig.detach(), self.bins, min=last[2], max=last[3])
-                last = self._last = (*last[:4], update.to(self.histogram.device))
-            combined = self.histogram + last[4]
-            self.histogram.detach_().resize_(combined.shape)
-            self.histogram.copy_(combined)
+            if last[3] is None:  # x within the range: torchao's new range = this one
+                update = torch.histc(x_orig.detach(), self.bins, min=bounds[0], max=bounds[1])
+                last = self._last = (*last[:3], update)
+            self.histogram.add_(last[3])
+            return x_orig
+        x = x_orig.detach()
+        low, high = (float(v) for v in torch.aminmax(x))
+        plain = x.dtype == torch.float32 and math.isfinite(low) and math.isfinite(high)
+        if plain and bounds[0] <= low and high <= bounds[1]:
+            # torchao's new_min == current_min and new_max == current_max
+            update = torch.histc(x, self.bins, min=bounds[0], max=bounds[1])
+            self.histogram.add_(update)
+            self._last = (weakref.ref(x_orig), x_orig._version, bounds, update)
             return x_orig
         out = super().forward(x_orig)
         self._last = None
-        if x_orig.numel() and self.min_val.numel() == 1:
-            ref = weakref.ref(x_orig)
-            self._last = (ref, x_orig._version, self.min_val.clone(), self.max_val.clone(), None)
+        if plain and self.min_val.numel() == 1:
+            bounds = (self.min_val.item(), self.max_val.item())
+            self._last = (weakref.ref(x_orig), x_orig._version, bounds, None)
         return out
 
     def __getstate__(self):
