@@ -1,6 +1,6 @@
-"""An int16 magnitude sqrt(a*a + b*b) over two ranges (quantization/magnitude.py): on the
-TOSA reference model it follows torch where one range loses the quiet values, and int8
-programs keep the single root."""
+"""An int16 magnitude sqrt(a*a + b*b), or sqrt(a*a + b*b + e), over two ranges
+(quantization/magnitude.py): on the TOSA reference model it follows torch where one range
+loses the quiet values, and int8 programs keep the single root."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ from recurrent_lowering.runtime.metrics import sqnr_db
 
 
 class _Magnitude(torch.nn.Module):
+    def __init__(self, offset: float = 0.0):
+        super().__init__()
+        self.offset = offset
+
     def forward(self, a, b):
+        if self.offset:  # GTCRN's sqrt(re^2 + im^2 + 1e-12)
+            return torch.sqrt(a * a + b * b + self.offset)
         return torch.sqrt(a * a + b * b)
 
 
@@ -27,11 +33,11 @@ def _spectrum(seed: int, level: float = 1.0) -> tuple:
     return tuple(torch.randn(1, 256, generator=g) * scale for _ in range(2))
 
 
-def _lowered(tmp_path, quantization: str, split: bool, monkeypatch) -> tuple:
+def _lowered(tmp_path, quantization: str, split: bool, monkeypatch, offset=0.0) -> tuple:
     """(TOSA outputs on a held-out input, torch's, TABLE count)."""
     if not split:
         monkeypatch.setattr(magnitude, "split", lambda model, samples: 0)
-    module = _Magnitude().eval()
+    module = _Magnitude(offset).eval()
     calibration = [_spectrum(seed) for seed in range(8)]
     held_out = _spectrum(100, level=0.5)  # within the calibrated range
     result = flow.lower(
@@ -47,11 +53,12 @@ def _lowered(tmp_path, quantization: str, split: bool, monkeypatch) -> tuple:
     return got, want, result.tosa_op_counts["TABLE"]
 
 
-def test_two_ranges_follow_torch_where_one_loses_the_quiet_values(tmp_path, monkeypatch):
-    got, want, tables = _lowered(tmp_path, "int16", True, monkeypatch)
+@pytest.mark.parametrize("offset", [0.0, 1e-12], ids=["plain", "offset"])
+def test_two_ranges_follow_torch_where_one_loses_the_quiet_values(tmp_path, monkeypatch, offset):
+    got, want, tables = _lowered(tmp_path, "int16", True, monkeypatch, offset)
     quiet = slice(0, 128)  # the lower 4 decades of power
     with monkeypatch.context() as m:
-        one, _, one_table = _lowered(tmp_path / "one", "int16", False, m)
+        one, _, one_table = _lowered(tmp_path / "one", "int16", False, m, offset)
     assert (tables, one_table) == (2, 1)
     assert sqnr_db(want, got) > 40 and sqnr_db(want[:, quiet], got[:, quiet]) > 9
     assert sqnr_db(want, one) < 30 and sqnr_db(want[:, quiet], one[:, quiet]) < 3
@@ -64,12 +71,38 @@ def test_int8_keeps_one_root(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "expression,found",
-    [(lambda a, b: torch.sqrt(a * a + b * b), 1), (lambda a, b: torch.sqrt(a * a + b), 0)],
+    [
+        (lambda a, b, e: torch.sqrt(a * a + b * b), 1),
+        (lambda a, b, e: torch.sqrt(a * a + b * b + 1e-12), 1),
+        (lambda a, b, e: torch.sqrt(a * a + b * b + e), 1),  # a tensor attribute (onnx2torch's)
+        (lambda a, b, e: torch.sqrt(a * a + b), 0),
+        (lambda a, b, e: torch.sqrt(a * a + b * b + (-1.0)), 0),  # sqrt(s - 1): no magnitude
+        (lambda a, b, e: torch.sqrt(a * a + b * b + b), 0),
+    ],
 )
 def test_only_sums_of_two_squares_are_magnitudes(expression, found):
     class M(torch.nn.Module):
-        def forward(self, a, b):
-            return expression(a, b)
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("e", torch.tensor(1e-12))
 
-    graph = torch.export.export(M(), _spectrum(0)).graph
+        def forward(self, a, b):
+            return expression(a, b, self.e)
+
+    graph = torch.export.export(M(), _spectrum(0)).module().graph  # as the quantizer sees it
     assert len(magnitude.magnitudes(graph)) == found
+
+
+def test_an_offset_magnitude_splits_to_the_same_function():
+    """In float, the split computes sqrt(s + e) itself: sqrt(max(s + e, t)) +
+    sqrt(min(s + e, t)) - sqrt(t), here with e = 1e-3, large enough to count."""
+
+    class M(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.sqrt(a * a + b * b + 1e-3)
+
+    calibration = [_spectrum(seed) for seed in range(4)]
+    model = torch.export.export(M(), calibration[0]).module()
+    assert magnitude.split(model, calibration) == 1
+    held_out = _spectrum(100, level=0.5)
+    torch.testing.assert_close(model(*held_out), M()(*held_out), rtol=1e-6, atol=1e-7)

@@ -1,4 +1,4 @@
-"""A magnitude sqrt(a*a + b*b) in int16, computed over two ranges.
+"""A magnitude sqrt(a*a + b*b), or sqrt(a*a + b*b + e), in int16, computed over two ranges.
 
 A spectrum's magnitude (silero-vad's STFT) squares values whose range spans decades: in
 int16, the sum of squares keeps its small values to a few codes, and the square root, a
@@ -42,18 +42,50 @@ def _square_of(node) -> Node | None:
     return None
 
 
+def _sum_of_squares(node) -> bool:
+    return (
+        isinstance(node, Node)
+        and node.target == _aten.add.Tensor
+        and len(node.args) == 2
+        and all(_square_of(s) is not None for s in node.args)
+    )
+
+
+def _offset(node) -> float | None:
+    """The value of a scalar constant (a number, or a one-element tensor attribute)."""
+    if isinstance(node, (int, float)):
+        return float(node)
+    if isinstance(node, Node) and node.op == "get_attr":
+        value = node.graph.owning_module
+        for part in node.target.split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            return float(value)
+    return None
+
+
+def _terms(root: Node):
+    """(sum of squares, offset node or None) under a magnitude `root`: sqrt(a*a + b*b), or
+    sqrt(a*a + b*b + e) with e a constant >= 0 (GTCRN's 1e-12), else None."""
+    total = root.args[0]
+    if not (isinstance(total, Node) and total.target == _aten.add.Tensor):
+        return None
+    if len(total.args) != 2 or len(total.users) != 1:
+        return None
+    if _sum_of_squares(total):
+        return total, None
+    inner, offset = total.args
+    value = _offset(offset)
+    if _sum_of_squares(inner) and len(inner.users) == 1 and value is not None and value >= 0:
+        return inner, offset
+    return None
+
+
 def magnitudes(graph: torch.fx.Graph) -> list[Node]:
-    """The sqrt nodes of sums of two squares read by the sqrt alone."""
-    found = []
-    for root in graph.find_nodes(op="call_function", target=_aten.sqrt.default):
-        total = root.args[0]
-        if not (isinstance(total, Node) and total.target == _aten.add.Tensor):
-            continue
-        if len(total.args) != 2 or len(total.users) != 1:
-            continue
-        if all(_square_of(s) is not None for s in total.args):
-            found.append(root)
-    return found
+    """The sqrt nodes of sums of two squares (plus a constant offset) read by the sqrt
+    alone."""
+    roots = graph.find_nodes(op="call_function", target=_aten.sqrt.default)
+    return [root for root in roots if _terms(root) is not None]
 
 
 def _largest(model: GraphModule, values: list[Node], samples: Sequence) -> dict:
@@ -99,16 +131,17 @@ def split(model: GraphModule, samples: Sequence) -> int:
         def within(node: Node, bound: float) -> Node:  # its range [-bound, bound] (clip.py)
             return op(_aten.clamp.default, (node, -bound, bound), node)
 
+        squared, offset = _terms(root)
         with graph.inserting_before(root):
             squares = []
-            for square in total.args:  # clamp(x, -√t, √t)²: min(x², t), not x * x again,
+            for square in squared.args:  # clamp(x, -√t, √t)²: min(x², t), not x * x again,
                 x = _square_of(square)  # which the lowering would merge with the first
                 small = op(_aten.clamp.default, (x, -math.sqrt(t), math.sqrt(t)), x)
                 squares.append(within(op(_aten.mul.Tensor, (small, small), square), t))
-            low = within(
-                op(_aten.sqrt.default, (within(op(_aten.add.Tensor, squares, total), t),), root),
-                math.sqrt(t),
-            )
+            below = within(op(_aten.add.Tensor, squares, squared), t)  # min(s, t)
+            if offset is not None:  # min(min(s, t) + e, t) = min(s + e, t), e >= 0
+                below = within(op(_aten.add.Tensor, (below, offset), total), t)
+            low = within(op(_aten.sqrt.default, (below,), root), math.sqrt(t))
             top = highest[total]  # the coarse root's input on [-top, top]: t is 512 codes
             above = op(_aten.clamp.default, (within(total, top), t), total)  # up, 4 table steps
             above.meta[_ABOVE] = True
