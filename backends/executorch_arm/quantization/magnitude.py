@@ -47,6 +47,7 @@ def _sum_of_squares(node) -> bool:
         isinstance(node, Node)
         and node.target == _aten.add.Tensor
         and len(node.args) == 2
+        and not node.kwargs  # no alpha
         and all(_square_of(s) is not None for s in node.args)
     )
 
@@ -70,7 +71,7 @@ def _terms(root: Node):
     total = root.args[0]
     if not (isinstance(total, Node) and total.target == _aten.add.Tensor):
         return None
-    if len(total.args) != 2 or len(total.users) != 1:
+    if len(total.args) != 2 or total.kwargs or len(total.users) != 1:
         return None
     if _sum_of_squares(total):
         return total, None
