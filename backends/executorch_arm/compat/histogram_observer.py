@@ -70,32 +70,20 @@ class HistogramObserver(observer.HistogramObserver):
             return x_orig
         bounds = (self.min_val.item(), self.max_val.item())
         last = self._last
-        if (
-            last is not None
-            and last[0]() is x_orig
-            and last[1] == x_orig._version
-            and last[2] == bounds
-        ):
-            if last[3] is None:  # x within the range: torchao's new range = this one
-                update = torch.histc(x_orig.detach(), self.bins, min=bounds[0], max=bounds[1])
-                last = self._last = (*last[:3], update)
+        if last is not None and last[0]() is x_orig and last[1:3] == (x_orig._version, bounds):
             self.histogram.add_(last[3])
             return x_orig
+        self._last = None
         x = x_orig.detach()
         low, high = (float(v) for v in torch.aminmax(x))
         plain = x.dtype == torch.float32 and math.isfinite(low) and math.isfinite(high)
-        if plain and bounds[0] <= low and high <= bounds[1]:
-            # torchao's new_min == current_min and new_max == current_max
-            update = torch.histc(x, self.bins, min=bounds[0], max=bounds[1])
-            self.histogram.add_(update)
-            self._last = (weakref.ref(x_orig), x_orig._version, bounds, update)
-            return x_orig
-        out = super().forward(x_orig)
-        self._last = None
-        if plain and self.min_val.numel() == 1:
-            bounds = (self.min_val.item(), self.max_val.item())
-            self._last = (weakref.ref(x_orig), x_orig._version, bounds, None)
-        return out
+        if not (plain and bounds[0] <= low and high <= bounds[1]):
+            return super().forward(x_orig)
+        # torchao's new_min == current_min and new_max == current_max
+        update = torch.histc(x, self.bins, min=bounds[0], max=bounds[1])
+        self.histogram.add_(update)
+        self._last = (weakref.ref(x_orig), x_orig._version, bounds, update)
+        return x_orig
 
     def __getstate__(self):
         state = dict(self.__dict__)

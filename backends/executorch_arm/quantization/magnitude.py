@@ -42,14 +42,18 @@ def _square_of(node) -> Node | None:
     return None
 
 
-def _sum_of_squares(node) -> bool:
+def _plain_add(node) -> bool:
+    """`node` is a + b (no alpha)."""
     return (
         isinstance(node, Node)
         and node.target == _aten.add.Tensor
         and len(node.args) == 2
-        and not node.kwargs  # no alpha
-        and all(_square_of(s) is not None for s in node.args)
+        and not node.kwargs
     )
+
+
+def _sum_of_squares(node) -> bool:
+    return _plain_add(node) and all(_square_of(s) is not None for s in node.args)
 
 
 def _offset(node) -> float | None:
@@ -69,9 +73,7 @@ def _terms(root: Node):
     """(sum of squares, offset node or None) under a magnitude `root`: sqrt(a*a + b*b), or
     sqrt(a*a + b*b + e) with e a constant >= 0 (GTCRN's 1e-12), else None."""
     total = root.args[0]
-    if not (isinstance(total, Node) and total.target == _aten.add.Tensor):
-        return None
-    if len(total.args) != 2 or total.kwargs or len(total.users) != 1:
+    if not (_plain_add(total) and len(total.users) == 1):
         return None
     if _sum_of_squares(total):
         return total, None
@@ -82,11 +84,16 @@ def _terms(root: Node):
     return None
 
 
+def _found(graph: torch.fx.Graph) -> dict:
+    """Magnitude root -> its `_terms`."""
+    roots = graph.find_nodes(op="call_function", target=_aten.sqrt.default)
+    return {root: terms for root in roots if (terms := _terms(root)) is not None}
+
+
 def magnitudes(graph: torch.fx.Graph) -> list[Node]:
     """The sqrt nodes of sums of two squares (plus a constant offset) read by the sqrt
     alone."""
-    roots = graph.find_nodes(op="call_function", target=_aten.sqrt.default)
-    return [root for root in roots if _terms(root) is not None]
+    return list(_found(graph))
 
 
 def _largest(model: GraphModule, values: list[Node], samples: Sequence) -> dict:
@@ -112,12 +119,12 @@ def split(model: GraphModule, samples: Sequence) -> int:
     above 0, so max(s, t) never reads the step from 0, which interpolates sqrt worst (t
     inside it loses most of what the split gains), and the fine table covers the 256
     times smaller range below."""
-    roots = magnitudes(model.graph)
+    roots = _found(model.graph)
     if not roots or not samples:
         return 0
     highest = _largest(model, [r.args[0] for r in roots], samples)
     graph, count = model.graph, 0
-    for root in roots:
+    for root, (squared, offset) in roots.items():
         total = root.args[0]
         t = highest[total] * FINE
         if not t > 0:
@@ -132,7 +139,6 @@ def split(model: GraphModule, samples: Sequence) -> int:
         def within(node: Node, bound: float) -> Node:  # its range [-bound, bound] (clip.py)
             return op(_aten.clamp.default, (node, -bound, bound), node)
 
-        squared, offset = _terms(root)
         with graph.inserting_before(root):
             squares = []
             for square in squared.args:  # clamp(x, -√t, √t)²: min(x², t), not x * x again,
