@@ -19,6 +19,10 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
                  513 entries), everything else float
   --tosa         also lower it (flow.lower, the same calibration) and measure the program on
                  the TOSA reference model in the same closed loop: the simulation checked
+  --int16_tables SPEC[;SPEC...]
+                 the simulation with ExecuTorch's int16 TABLEs emulated (int16_tables.py) on
+                 the ops SPEC names: all, op names (sigmoid, tanh, reciprocal, pow: a sqrt)
+                 or node names, comma-separated; one figure per SPEC
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from recurrent_lowering.backends.executorch_arm.options import Options
 from recurrent_lowering.backends.executorch_arm.precision import accuracy, candidates
 from recurrent_lowering.backends.executorch_arm.quantization import quantizer as our_quantizer
 from recurrent_lowering.backends.onnx.input_sizes import input_specs
-from recurrent_lowering.benchmarks import caller_directory, real_models, speech
+from recurrent_lowering.benchmarks import caller_directory, int16_tables, real_models, speech
 from recurrent_lowering.benchmarks import sqnr_attribution as sa
 from recurrent_lowering.runtime import streams
 from recurrent_lowering.runtime.metrics import sqnr_per_output
@@ -136,6 +140,7 @@ def main() -> None:
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument("--tosa", action="store_true")
     parser.add_argument("--sqrt_table", type=int, default=0)
+    parser.add_argument("--int16_tables", default="")
     parser.add_argument("--keep_recurrent_on_cpu", action="store_true", help="in float")
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument(
@@ -185,6 +190,12 @@ def main() -> None:
         converted = convert_pt2e(prepared, fold_quantize=False)  # weights can stay float
     results["all"] = score(converted_run(converted))
     print("all", results["all"], flush=True)
+    if args.int16_tables:
+        results["int16_tables"] = {}
+        for spec in args.int16_tables.split(";"):
+            emulated, names = int16_tables.emulate(converted, int16_tables.chooser(spec))
+            results["int16_tables"][spec] = {**score(converted_run(emulated)), "tables": names}
+            print(f"int16 tables emulated ({spec})", results["int16_tables"][spec], flush=True)
     if args.sqrt_table:
         results["sqrt_table"] = score(
             accuracy.outputs(_with_sqrt_table(module, calibrate, args.sqrt_table), evaluation)
