@@ -178,10 +178,11 @@ def split(model: GraphModule, samples: Sequence) -> int:
 
 
 def share_above(graph: torch.fx.Graph) -> None:
-    """After annotation: the coarse root reads max(s, t) in the range it is computed in,
-    [-top, top], not one observed on its input (a clamp's output shares its input's range,
-    which clip.clip_by_range fixed; the root's own observer would see [t, top] and move t
-    into its table's first, linearly interpolated step)."""
+    """After annotation: a root over a range clamped from below, max(s, t1) or
+    clamp(s, t2, t1), reads it in the range it is computed in, [-top, top] or [-t1, t1],
+    not one observed on its input (a clamp's output shares its input's range, which
+    clip.clip_by_range fixed; the root's own observer would see [t1, top] and move t1 into
+    its table's first, linearly interpolated step)."""
     for above in graph.nodes:
         if not above.meta.get(_ABOVE):
             continue

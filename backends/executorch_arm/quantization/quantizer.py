@@ -3,7 +3,7 @@
 The quantization of a plan, in the order it runs:
 
   transform_for_annotation
-    0. in int16, a magnitude sqrt(a*a + b*b) over two ranges (magnitude.py), from the
+    0. in int16, a magnitude sqrt(a*a + b*b) over three ranges (magnitude.py), from the
        float values on `float_samples`;
     1. recurrent ops become the core's elementary ops (emission.decompose, the plan's core
        plan and recurrent product; nodes the Arm quantizer leaves in float keep their op),
@@ -49,7 +49,7 @@ class _Policies:
     narrowed = 0  # after annotate: unrolled products and loop-form steps narrowed
     state_pairs: list = []  # (initial state input, final state output index), found in TFA
     float_samples: list = []  # calibration inputs, for ranges needed before annotation
-    magnitudes = 0  # after TFA: magnitudes computed over two ranges
+    magnitudes = 0  # after TFA: magnitudes computed over three ranges
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
