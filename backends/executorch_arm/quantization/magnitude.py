@@ -149,7 +149,7 @@ def split(model: GraphModule, samples: Sequence) -> int:
             return op(_aten.clamp.default, (node, -bound, bound), node)
 
         with graph.inserting_before(root):
-            # the coarse root: max(s, t1) read on [-top, top], t1 512 codes up (4 table steps)
+            # the coarse root: max(s, t1) read on [-top, top], t1 on its first entry above 0
             above = op(_aten.clamp.default, (within(total, top), bounds[0]), total)
             above.meta[_ABOVE] = True
             out, roots_at = op(_aten.sqrt.default, (above,), root), 0.0
