@@ -367,8 +367,7 @@ class Graph:
             # a gate block of one timestep is that timestep of the sequence's gate block:
             # one slice per sequence instead of one per step
             (u,), t = x.args, x.attrs.index
-            src, u_axis, n = u.args[0], u.attrs.axis, u.attrs.n
-            return self.unstack(self.slice(src, -1, start, end), u_axis, n)[t]
+            return self.piece("unstack", self.slice(u.args[0], -1, start, end), u.attrs, t)
         shape = None
         if x.shape is not None:
             a = _axis(x.shape, axis)
@@ -423,28 +422,31 @@ class Graph:
 
     def unstack(self, x, axis: int, n: int) -> list:
         """The n pieces of x along static `axis`, each without it."""
-        x = self.wrap(x)
-        piece = None if x.shape is None else _without(x.shape, _axis(x.shape, axis))
-        u = self.node("unstack", (x,), UnstackAttrs(axis, n), x.shape)
-        return [self.node("piece", (u,), IndexAttrs(t), piece) for t in range(n)]
+        return [self.piece("unstack", x, UnstackAttrs(axis, n), t) for t in range(n)]
 
     def split(self, x, axis: int, sizes) -> list:
         """Pieces of x along `axis`, each keeping it: `sizes` (together the whole axis), or
         an int n for n equal pieces."""
-        x = self.wrap(x)
         key = sizes if isinstance(sizes, int) else tuple(sizes)
-        s = self.node("split", (x,), SplitAttrs(axis, key), x.shape)
         count = key if isinstance(key, int) else len(key)
-        pieces = []
-        for k in range(count):
-            shape = None
-            if x.shape is not None:
-                a = _axis(x.shape, axis)
-                dim = x.shape[a]
-                size = (None if dim is None else dim // key) if isinstance(key, int) else key[k]
+        return [self.piece("split", x, SplitAttrs(axis, key), k) for k in range(count)]
+
+    def piece(self, op: str, x, attrs, index: int) -> Node:
+        """Piece `index` of `op` ("unstack" or "split") of x with `attrs`: the node that
+        unstack / split list at `index`, built alone (a rebuild of one piece of a T-piece
+        parent then costs one node, not T)."""
+        x = self.wrap(x)
+        parent = self.node(op, (x,), attrs, x.shape)
+        shape = None
+        if x.shape is not None:
+            a = _axis(x.shape, attrs.axis)
+            if op == "unstack":
+                shape = _without(x.shape, a)
+            else:
+                dim, key = x.shape[a], attrs.sizes
+                size = (None if dim is None else dim // key) if isinstance(key, int) else key[index]
                 shape = x.shape[:a] + (size,) + x.shape[a + 1 :]
-            pieces.append(self.node("piece", (s,), IndexAttrs(k), shape))
-        return pieces
+        return self.node("piece", (parent,), IndexAttrs(index), shape)
 
     def stack(self, xs: Sequence, axis: int) -> Node:
         xs = [self.wrap(x) for x in xs]
@@ -633,7 +635,5 @@ def _copy(g: Graph, node: Node, args: tuple, done: dict):
         return g.node(op, args, at, node.shape)  # a result's inputs are rebuilt as they are
     if op == "piece":
         parent = node.args[0]
-        source = done[id(parent.args[0])]
-        make = g.unstack if parent.op == "unstack" else g.split
-        return make(source, *parent.attrs)[at.index]
+        return g.piece(parent.op, done[id(parent.args[0])], parent.attrs, at.index)
     raise AssertionError(f"cannot rebuild a {op} node")
