@@ -75,14 +75,19 @@ def main_block(source: TosaSource):
 
 
 def _tensor_infos(block, names: list[str]) -> list[TensorInfo]:
-    by_name = {}
+    """The TensorInfo of each of `names`: the block's tensors walked by name only, shape and
+    type read for the wanted ones (a loop's graph has some 50,000 tensors and wants a few),
+    the walk ended once all are found."""
+    wanted, found = set(names), {}
     for i in range(block.TensorsLength()):
         t = block.Tensors(i)
-        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-        by_name[t.Name().decode()] = TensorInfo(
-            t.Name().decode(), shape, _DTYPE_NAMES.get(t.Type(), str(t.Type()))
-        )
-    return [by_name[n] for n in names]
+        name = t.Name().decode()
+        if name in wanted and name not in found:
+            shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+            found[name] = TensorInfo(name, shape, _DTYPE_NAMES.get(t.Type(), str(t.Type())))
+            if len(found) == len(wanted):
+                break
+    return [found[n] for n in names]
 
 
 def graph_io(source: TosaSource) -> tuple[list[TensorInfo], list[TensorInfo]]:
@@ -99,7 +104,8 @@ def _graph_io(buf: bytes) -> tuple[tuple, tuple]:
     block = _main_block(_graph(buf))
     inputs = [block.Inputs(i).decode() for i in range(block.InputsLength())]
     outputs = [block.Outputs(i).decode() for i in range(block.OutputsLength())]
-    return tuple(_tensor_infos(block, inputs)), tuple(_tensor_infos(block, outputs))
+    infos = _tensor_infos(block, inputs + outputs)
+    return tuple(infos[: len(inputs)]), tuple(infos[len(inputs) :])
 
 
 def op_counts(source: TosaSource) -> collections.Counter:
