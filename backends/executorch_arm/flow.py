@@ -41,6 +41,7 @@ from recurrent_lowering.runtime import tosa_flatbuffer, vela
 
 from . import compat
 from .compat import compile_specs, factory
+from .compat.histogram_observer import calibrate
 from .edge_io import io_mapping, target_name
 from .exported import eval_mode, module_of
 from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
@@ -153,8 +154,8 @@ def quantize(module, example_inputs, quantizer, calibration_inputs=None, progres
     samples = calibration_inputs or [example_inputs]
     quantizer.float_samples = samples
     prepared = prepare_pt2e(graph_module, quantizer)
-    for sample in (progress or _Silent()).steps(samples, "calibration samples"):
-        run_graph(prepared, *sample)  # loop nodes record their steps' inputs
+    steps = (progress or _Silent()).steps(samples, "calibration samples")
+    calibrate(prepared, steps, run_graph)  # loop nodes record their steps' inputs
     return convert_pt2e(prepared)
 
 

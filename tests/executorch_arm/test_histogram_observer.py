@@ -167,3 +167,53 @@ def test_it_restores_the_thread_count():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+class _Observed(torch.nn.Module):
+    """Three observers as a prepared step has them: an input, a weight seen every call (the
+    same tensor), and a value computed from the input."""
+
+    def __init__(self, cls, kwargs):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(40, 30) * 0.1, requires_grad=False)
+        self.observers = torch.nn.ModuleList(cls(**kwargs) for _ in range(3))
+
+    def forward(self, x):
+        x = self.observers[0](x)
+        self.observers[1](self.weight)
+        return self.observers[2](torch.tanh(x) * x.numel())
+
+
+@pytest.mark.parametrize("kwargs", [{}, INT16], ids=["int8", "int16"])
+@pytest.mark.parametrize("budget", [1 << 28, 4000], ids=["one replay", "many replays"])
+def test_calibrate_gives_the_histograms_of_observing_one_by_one(kwargs, budget):
+    """calibrate records and replays; each observer ends with torchao's histogram, range and
+    qparams for the same stream observed call by call (the mixed stream: a constant first,
+    widenings on either side, empty inputs, an inf, inputs of many sizes)."""
+    torch.manual_seed(3)
+    ours = _Observed(histogram_observer.HistogramObserver, kwargs)
+    torch.manual_seed(3)
+    theirs = _Observed(observer.HistogramObserver, kwargs)
+    stream = [(x,) for x in _mixed_stream() if x is not None]
+    with pytest.warns(UserWarning, match="inf"):
+        histogram_observer.calibrate(ours, stream, budget=budget)
+        for sample in stream:
+            theirs(*sample)
+    for a, b in zip(ours.observers, theirs.observers):
+        assert torch.equal(a.histogram, b.histogram)
+        assert torch.equal(a.min_val, b.min_val) and torch.equal(a.max_val, b.max_val)
+        assert all(map(torch.equal, a.calculate_qparams(), b.calculate_qparams()))
+    assert all(o._recorded is None for o in ours.observers)  # observing call by call again
+
+
+def test_calibrate_refuses_an_input_changed_after_it_was_observed():
+    """It keeps references, not copies: a tensor changed in place before the replay would be
+    observed with its new values, so it is an error, not a silently different histogram."""
+    x = torch.randn(10)
+
+    def run(module, sample):
+        module(sample)
+        sample.mul_(2.0)
+
+    with pytest.raises(RuntimeError, match="changed after it was observed"):
+        histogram_observer.calibrate(histogram_observer.HistogramObserver(), [(x,)], run)

@@ -18,7 +18,7 @@ from executorch.backends.arm.quantizer import TOSAQuantizer
 
 from recurrent_lowering.runtime.quantization import QuantParams
 
-from ..compat.histogram_observer import HistogramObserver
+from ..compat.histogram_observer import HistogramObserver, calibrate
 from ..edge_io import io_mapping, quant_params
 from ..quantization.clip import clip_by_range
 from ..quantization.states import share_states
@@ -94,8 +94,7 @@ def _quantize(program: StepProgram, compile_spec, example: tuple, pins: dict):
     quantizer.set_global(program.step_config or program.quant_config)
     ep = torch.export.export(program.step, example)
     prepared = prepare_pt2e(ep.module(), quantizer)
-    for sample in program.samples:
-        prepared(*sample)
+    calibrate(prepared, program.samples)
     _pin(prepared, pins)
     return convert_pt2e(prepared)
 
