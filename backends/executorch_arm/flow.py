@@ -154,8 +154,8 @@ def quantize(module, example_inputs, quantizer, calibration_inputs=None, progres
     samples = calibration_inputs or [example_inputs]
     quantizer.float_samples = samples
     prepared = prepare_pt2e(graph_module, quantizer)
-    steps = (progress or _Silent()).steps(samples, "calibration samples")
-    calibrate(prepared, steps, run_graph)  # loop nodes record their steps' inputs
+    shown = (progress or _Silent()).steps(samples, "calibration samples")
+    calibrate(prepared, shown, run_graph)  # loop nodes record their steps' inputs
     return convert_pt2e(prepared)
 
 

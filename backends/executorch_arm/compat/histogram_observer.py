@@ -63,7 +63,7 @@ from ..threads import one_thread
 class HistogramObserver(observer.HistogramObserver):
     _pinned = None  # (scale, zero_point) tensors that calculate_qparams returns, if pinned
     _last = None  # (weakref to the last input, its _version, (min_val, max_val), its histc)
-    _recorded = None  # [(input, its _version)] while `observing` records
+    _recorded = None  # [(input, its _version)] while `calibrate` records
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
         if self._recorded is not None:  # inside `calibrate`: replayed in order later
@@ -215,30 +215,28 @@ def _extremes(recorded: list) -> list:
 
 
 def calibrate(module: torch.nn.Module, samples, run=None, budget: int = 1 << 28) -> None:
-    """Run `module` on each sample (a tuple of its inputs; `run(module, *sample)` if given),
-    its HistogramObservers recording
-    what they see rather than observing it call by call, then observing it all in order
-    (`_replay`) whenever about `budget` bytes are held, and at the end: the histograms, so
-    the qparams, of observing call by call, at a fraction of the time (a loop step's
-    calibration makes some 150,000 small observations, 117 us each one by one)."""
+    """Run `module` on each sample (a tuple of its inputs; `run(module, *sample)` if given)
+    with its HistogramObservers recording what they see instead of observing it call by
+    call, and have them observe it all, in order (`_replay`), whenever the records reach
+    about `budget` bytes and at the end: the histograms, so the qparams, of observing call
+    by call, at a fraction of the time."""
     observers = [m for m in module.modules() if isinstance(m, HistogramObserver)]
     for o in observers:
         o._recorded = []
     try:
-        per_sample, pending = None, 0
+        held = 0
         for sample in samples:
+            marks = [len(o._recorded) for o in observers]
             if run is None:
                 module(*sample)
             else:
                 run(module, *sample)
-            pending += 1
-            if per_sample is None:  # every sample records tensors of the same sizes
-                held = sum(x.numel() * x.element_size() for o in observers for x, _ in o._recorded)
-                per_sample = max(1, held)
-            if pending * per_sample >= budget:
+            for o, mark in zip(observers, marks):
+                held += sum(x.numel() * x.element_size() for x, _ in o._recorded[mark:])
+            if held >= budget:
                 for o in observers:
                     o._replay()
-                pending = 0
+                held = 0
         for o in observers:
             o._replay()
     finally:
