@@ -422,11 +422,13 @@ class Graph:
 
     def unstack(self, x, axis: int, n: int) -> list:
         """The n pieces of x along static `axis`, each without it."""
+        x = self.wrap(x)  # once: an array would make a constant per piece
         return [self.piece("unstack", x, UnstackAttrs(axis, n), t) for t in range(n)]
 
     def split(self, x, axis: int, sizes) -> list:
         """Pieces of x along `axis`, each keeping it: `sizes` (together the whole axis), or
         an int n for n equal pieces."""
+        x = self.wrap(x)  # once: an array would make a constant per piece
         key = sizes if isinstance(sizes, int) else tuple(sizes)
         count = key if isinstance(key, int) else len(key)
         return [self.piece("split", x, SplitAttrs(axis, key), k) for k in range(count)]
