@@ -53,12 +53,13 @@ flags.DEFINE_enum("emission", "auto", ["auto", "unrolled", "loop"], "recurrent e
 flags.DEFINE_enum(
     "quantization",
     "auto",
-    ["auto", "int8", "int16", "int16_state"],
+    ["auto", "int8", "int16", "int16_w16", "int16_state"],
     "INT targets: auto (Ethos-U: int16 activations for the recurrent layers and/or the rest "
     "where it costs at most --cycle_budget over int8, by a cost model of Vela, or where it "
     "buys the --min_sqnr int8 misses; else int8), "
-    "int8 or int16 activations, or int8 with the recurrent steps (state and gate arithmetic) "
-    "in int16 (loop form)",
+    "int8 or int16 activations, int16_w16 (int16 activations, each weight as two int8 parts: "
+    "about 16-bit weights at twice their MACs), or int8 with the recurrent steps (state and "
+    "gate arithmetic) in int16 (loop form)",
 )
 flags.DEFINE_float(
     "cycle_budget", None, "--quantization auto: percent more cycles than int8 it may spend (3)"

@@ -15,7 +15,7 @@ from recurrent_lowering.passes.plan import EMISSIONS
 
 from .targets import ETHOS_U_TARGETS, TOSA_TARGETS
 
-QUANTIZATIONS = ("auto", "int8", "int16", "int16_state")
+QUANTIZATIONS = ("auto", "int8", "int16", "int16_w16", "int16_state")
 DECOMPOSITIONS = ("ours", "executorch")  # who decomposes recurrent ops: we or ExecuTorch
 WEIGHT_BITS = (4, 5, 6, 7, 8)
 DEFAULT_CYCLE_BUDGET = 0.03  # auto: candidates within 3% of each other's cycles are equals
@@ -34,8 +34,10 @@ class Options:
     `quantization` (INT targets): "auto" chooses int16 activations per region where the
     target gives them within `cycle_budget` (a fraction) of int8's cycles, and beyond it
     where that buys the `min_sqnr` dB on every output that the cheaper candidates miss
-    (docs/precision.md); "int8" or "int16" activations; "int16_state" keeps the loop
-    form's steps (state and gate arithmetic) in int16, the rest int8. `emission`: how
+    (docs/precision.md); "int8" or "int16" activations; "int16_w16" int16 activations with
+    every weight as two int8 parts (about 16-bit weights at twice their MACs);
+    "int16_state" keeps the loop form's steps (state and gate arithmetic) in int16, the
+    rest int8. `emission`: how
     recurrent layers are written ("auto", "unrolled", "loop"; passes.plan). Weights every
     timestep reads take `recurrent_weight_bits` (4: TOSA INT4). `keep_recurrent_on_cpu`
     leaves recurrent layers on the CPU in float. `system_config` and `memory_mode` are
@@ -107,11 +109,17 @@ def check(o: Options) -> Options:
     _check_vela(o)
     bits, state16 = o.recurrent_weight_bits, o.quantization == "int16_state"
     if o.decomposition == "executorch":
-        if bits != 8 or state16 or o.keep_recurrent_on_cpu or o.emission != "auto":
+        ours = state16 or o.quantization == "int16_w16"
+        if bits != 8 or ours or o.keep_recurrent_on_cpu or o.emission != "auto":
             raise OptionError(
                 "ExecuTorch's own recurrent decomposition takes none of recurrent_weight_bits, "
-                "int16_state, keep_recurrent_on_cpu or an emission: those are ours"
+                "int16_state, int16_w16, keep_recurrent_on_cpu or an emission: those are ours"
             )
+    if bits != 8 and o.quantization == "int16_w16":
+        raise OptionError(
+            "int16_w16 writes each weight as two int8 parts; recurrent_weight_bits narrows "
+            "them to fewer than 8 bits: choose one"
+        )
     if bits == 4 and o.quantization in ("int16", "int16_state"):
         raise OptionError(  # ExecuTorch 1.5.1's CONV2D takes INT4 weights with int8 only
             "4-bit recurrent weights (TOSA INT4) need int8 activations; use 5-7 bits with "

@@ -27,6 +27,8 @@ class ArmPlan:
     theirs (projection, steps and outputs; the quantizer rescales at the boundary).
     `state_bits` 16 keeps the loop form's steps (state and gate arithmetic) in int16.
     `recurrent_weight_bits` < 8 narrows the weights every step reads (4: TOSA INT4).
+    `weight_parts` 2 writes every constant weight of a product as two int8 parts, hi + lo
+    (quantization.weight_parts): about 15-bit weights at twice the weights' MACs.
     `precision` is what `--quantization auto` weighed for this plan (precision.Choice)."""
 
     target: str
@@ -36,6 +38,7 @@ class ArmPlan:
     recurrent_activations: Optional[str] = None
     state_bits: int = 8
     recurrent_weight_bits: int = 8
+    weight_parts: int = 1
     keep_recurrent_on_cpu: bool = False
     decomposition: str = "ours"
     share_state: bool = True
@@ -61,10 +64,11 @@ class ArmPlan:
         """The recurrent product that gives the fewest Vela cycles
         (docs/results/arm_benchmark.md): on Ethos-U85 a MATMUL with R on the left (Vela
         runs a per-step CONV at about 12 MACs/cycle there, the MATMUL at about 20);
-        elsewhere, and for weights of fewer than 8 bits (a MATMUL's R is an int8 feature
-        map), the CONV form."""
+        elsewhere, and for weights of fewer than 8 bits or in two parts (a MATMUL's R is an
+        int8 feature map, quantized per tensor), the CONV form."""
         u85 = self.target.lower().startswith("ethos-u85")
-        return ProductForm("matmul" if u85 and self.recurrent_weight_bits == 8 else "linear")
+        whole = self.recurrent_weight_bits == 8 and self.weight_parts == 1
+        return ProductForm("matmul" if u85 and whole else "linear")
 
     def core(self) -> Plan:
         """The core's passes for this plan: one input projection per direction (Vela copies

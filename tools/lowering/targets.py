@@ -19,7 +19,7 @@ TARGETS = ("aten", "onnx", *TOSA_TARGETS, *ETHOS_U_TARGETS)
 @dataclasses.dataclass
 class Options:
     emission: str = "auto"  # auto | unrolled | scan (--emission loop)
-    quantization: str = "auto"  # auto | int8 | int16 (activations) | int16_state (loop steps)
+    quantization: str = "auto"  # auto | int8 | int16 (activations) | int16_w16 | int16_state
     cycle_budget: float | None = None  # percent over int8 that auto may spend (None: 3)
     min_sqnr: float | None = None  # dB auto holds its choice to (None: 30)
     calibration: list | None = None  # .npz paths of samples to quantize on

@@ -52,6 +52,7 @@ class StepProgram:
     max_samples: int = 4096
     quant_config: Optional[object] = None  # the Arm QuantizationConfig the layer was given
     step_config: Optional[object] = None  # the step's own config (int16 state), else quant_config
+    weight_parts: int = 1  # 2: the step's weights in two int8 parts (quantization.weight_parts)
     # loop.step's cache: TOSA templates and quantized steps, per spec and pins
     templates: dict = dataclasses.field(default_factory=dict)
 

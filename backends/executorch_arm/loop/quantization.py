@@ -19,10 +19,11 @@ from . import op as loop_op
 _Q_KEY = "quantization_annotation"
 
 
-def annotate_loops(graph: Graph, config, step_config=None) -> int:
+def annotate_loops(graph: Graph, config, step_config=None, weight_parts: int = 1) -> int:
     """Annotate every loop node with `config` (an Arm QuantizationConfig); returns how many.
     `step_config` quantizes the step itself differently (e.g. int16 activations: the state
-    and the gate arithmetic in int16 while the layer's inputs and outputs stay int8)."""
+    and the gate arithmetic in int16 while the layer's inputs and outputs stay int8);
+    `weight_parts` 2 splits the step's weights (quantization.weight_parts)."""
     if config is None:
         return 0
     count = 0
@@ -37,5 +38,6 @@ def annotate_loops(graph: Graph, config, step_config=None) -> int:
         node.meta["custom"] = custom
         program = loop_op.program_of(node)
         program.quant_config, program.step_config = config, step_config
+        program.weight_parts = weight_parts
         count += 1
     return count

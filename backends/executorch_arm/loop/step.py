@@ -23,6 +23,7 @@ from ..edge_io import io_mapping, quant_params
 from ..quantization.clip import clip_by_range
 from ..quantization.states import share_states
 from ..quantization.table_inputs import cap_table_inputs
+from ..quantization.weight_parts import split as split_weights
 from .op import LoopArgs, StepProgram, program_of
 from .tosa_template import TosaTemplate
 
@@ -44,9 +45,15 @@ class _StepQuantizer(TOSAQuantizer):
     """The step's quantizer: the Arm annotation, each state output in its state input's
     group (inputs and outputs paired by position), then an int16 clip quantized to its own
     range and a sigmoid/tanh's input at a scale its table follows, as a whole program's
-    (quantization.quantizer)."""
+    (quantization.quantizer); with `weight_parts` 2 its weights in two int8 parts."""
 
     num_states = 0
+    weight_parts = 1
+
+    def transform_for_annotation(self, model):
+        if self.weight_parts == 2:
+            split_weights(model)
+        return super().transform_for_annotation(model)
 
     def annotate(self, model):
         model = super().annotate(model)
@@ -91,6 +98,7 @@ def _quantize(program: StepProgram, compile_spec, example: tuple, pins: dict):
         )
     quantizer = _StepQuantizer(compile_spec)
     quantizer.num_states = program.num_states
+    quantizer.weight_parts = program.weight_parts
     quantizer.set_global(program.step_config or program.quant_config)
     ep = torch.export.export(program.step, example)
     prepared = prepare_pt2e(ep.module(), quantizer)

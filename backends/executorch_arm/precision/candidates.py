@@ -30,11 +30,21 @@ from .cost_model import Choice
 # The cost model's int8 estimate was up to 25% off Vela on the fitted targets (ethos-u85-256
 # gru_a: 36,603 estimated, 49,094 measured); beyond that the choice was a misprediction.
 MODEL_SLACK = 1.25
-# A candidate beyond this many times int8's estimated cycles is not weighed for accuracy.
-REASONABLE = 2.0
+# A candidate beyond this many times int8's estimated cycles is not weighed for accuracy
+# (int16_w16 on ethos-u85-256: about 3x, int16's MACs at half rate, twice).
+REASONABLE = 4.0
 
 
-def _plan(o: Options, activations: str, recurrent: Optional[str], state_bits: int, choice):
+def _plan(
+    o: Options,
+    activations: str,
+    recurrent: Optional[str],
+    state_bits: int,
+    choice,
+    name: Optional[str] = None,
+):
+    """The plan of these options in this precision (`name`: a candidate's or a
+    quantization's, for its weight parts)."""
     widest = "int16" if "int16" in (activations, recurrent) else "int8"
     return ArmPlan(
         target=tosa_target(o.target, widest, state_bits, o.recurrent_weight_bits),
@@ -44,6 +54,7 @@ def _plan(o: Options, activations: str, recurrent: Optional[str], state_bits: in
         recurrent_activations=recurrent if recurrent != activations else None,
         state_bits=state_bits,
         recurrent_weight_bits=o.recurrent_weight_bits,
+        weight_parts=cost_model.WEIGHT_PARTS.get(name or o.quantization, 1),
         keep_recurrent_on_cpu=o.keep_recurrent_on_cpu,
         decomposition=o.decomposition,
         share_state=o.share_state,
@@ -67,7 +78,7 @@ def candidates(o: Options, module, example_inputs) -> list[ArmPlan]:
         return [_plan(o, "int8", None, 8, None)]
     if o.quantization != "auto":
         state16 = o.quantization == "int16_state"
-        activations = "int16" if o.quantization == "int16" else "int8"
+        activations = "int16" if o.quantization in ("int16", "int16_w16") else "int8"
         return [_plan(o, activations, None, 16 if state16 else 8, None)]
     why = fixed_reason(o)
     choice = None
@@ -78,7 +89,7 @@ def candidates(o: Options, module, example_inputs) -> list[ArmPlan]:
             why = str(e)
     if choice is None:
         choice = Choice("int8", "int8", "int8", {}, o.budget, why=why)
-    first = _plan(o, choice.rest, choice.recurrent, 8, choice)
+    first = _plan(o, choice.rest, choice.recurrent, 8, choice, choice.name)
     if choice.name == "int8":
         return [first]
     return [first, _plan(o, "int8", None, 8, None)]
@@ -147,7 +158,7 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
 
     def reaches(candidate) -> bool:
         name, rest, recurrent = candidate
-        tried[name] = _plan(o, rest, recurrent, 8, None)
+        tried[name] = _plan(o, rest, recurrent, 8, None, name)
         if name not in predicted:
             predicted[name] = predict(tried[name])
         return _worst(predicted[name]) >= o.target_sqnr

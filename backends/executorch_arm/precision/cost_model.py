@@ -40,10 +40,14 @@ from ..recurrent_ops import aten as aten_ops
 
 COSTS_FILE = pathlib.Path(__file__).with_name("costs.json")
 CANDIDATES = (  # (name, rest, recurrent layers), most accurate first
+    ("int16_w16", "int16", "int16"),
     ("int16", "int16", "int16"),
     ("int16_recurrent", "int8", "int16"),
     ("int8", "int8", "int8"),
 )
+# Candidates whose weights are two int8 parts (quantization.weight_parts): twice the
+# products, for accuracy only, so never chosen for cycles alone.
+WEIGHT_PARTS = {"int16_w16": 2}
 aten = torch.ops.aten
 _PRODUCTS = {
     aten.linear.default,
@@ -268,18 +272,20 @@ def refused(f: Features, target: str) -> Optional[str]:
     return f"Vela refuses {', '.join(ops)} in int16 on {family}"
 
 
-def _cycles(products, bits: str, costs: dict) -> float:
+def _cycles(products, bits: str, costs: dict, parts: int = 1) -> float:
     mac, weight, gates = costs["mac"][bits], costs["weight_byte"], costs["gate_element"]
     vector = costs["vector_mac"][bits]
     return sum(
-        (p.macs * vector if p.vector else max(p.macs * mac, p.weight_bytes * weight))
+        parts * (p.macs * vector if p.vector else max(p.macs * mac, p.weight_bytes * weight))
         + p.gate_elems * gates
         for p in products
     )
 
 
-def estimate(f: Features, rest: str, recurrent: str, costs: dict) -> float:
-    cycles = _cycles(f.recurrent, recurrent, costs) + _cycles(f.rest, rest, costs)
+def estimate(f: Features, rest: str, recurrent: str, costs: dict, parts: int = 1) -> float:
+    """Cycles of the program with its rest and recurrent layers in these activations, its
+    weights in `parts` int8 parts (each part a product of its own)."""
+    cycles = _cycles(f.recurrent, recurrent, costs, parts) + _cycles(f.rest, rest, costs, parts)
     if rest == "int16":
         cycles += f.activation_elems * costs["activation16"]
     if rest != recurrent and f.recurrent:
@@ -288,9 +294,13 @@ def estimate(f: Features, rest: str, recurrent: str, costs: dict) -> float:
 
 
 def choose(f: Features, costs: dict, budget: float, refused: Optional[str] = None) -> Choice:
-    """The most accurate candidate within `budget` of all-int8's estimated cycles; none with
-    an int16 rest when `refused` says why the target cannot take one."""
-    estimates = {name: estimate(f, rest, rec, costs) for name, rest, rec in CANDIDATES}
+    """The most accurate candidate within `budget` of all-int8's estimated cycles, of those
+    not weighed for accuracy alone (WEIGHT_PARTS); none with an int16 rest when `refused`
+    says why the target cannot take one."""
+    estimates = {
+        name: estimate(f, rest, rec, costs, WEIGHT_PARTS.get(name, 1))
+        for name, rest, rec in CANDIDATES
+    }
     limit = estimates["int8"] * (1 + budget)
     weighed = tuple(
         name
@@ -298,7 +308,7 @@ def choose(f: Features, costs: dict, budget: float, refused: Optional[str] = Non
         if not ((not f.recurrent and rest != rec) or (refused and rest == "int16"))
     )
     for name, rest, rec in CANDIDATES:
-        if name in weighed and estimates[name] <= limit:
+        if name in weighed and name not in WEIGHT_PARTS and estimates[name] <= limit:
             return Choice(name, rest, rec, estimates, budget, refused=refused, weighed=weighed)
     raise AssertionError("int8 is always within its own budget")
 

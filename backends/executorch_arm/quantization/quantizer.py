@@ -9,6 +9,8 @@ The quantization of a plan, in the order it runs:
        plan and recurrent product; nodes the Arm quantizer leaves in float keep their op),
        so ExecuTorch's annotators see ops they know and its DecomposeGru/Lstm/RnnPass find
        nothing to do;
+    1b. with the plan's weight_parts 2, every constant weight of a product in two int8
+       parts (weight_parts.py; a loop's step likewise, in loop.step);
   annotate
     2. ExecuTorch's annotation: the plan's activations globally, the recurrent layers'
        precision on their modules (set_module_type), none with keep_recurrent_on_cpu;
@@ -39,7 +41,7 @@ from ..emission.origin import layer_of
 from ..loop.quantization import annotate_loops
 from ..plan import ArmPlan, quantization_config
 from ..recurrent_ops.aten import MODULE_TYPES
-from . import clip, magnitude, regions, states, table_inputs, weights
+from . import clip, magnitude, regions, states, table_inputs, weight_parts, weights
 
 _Q_KEY = "quantization_annotation"
 
@@ -58,6 +60,8 @@ class _Policies:
         share = plan.share_state and not plan.keep_recurrent_on_cpu
         self.state_pairs = states.state_pairs(model.graph) if share else []  # ops still whole
         self.decompose(model)
+        if plan.weight_parts == 2:
+            weight_parts.split(model)
         return super().transform_for_annotation(model)
 
     def decompose(self, model: GraphModule) -> bool:
@@ -83,7 +87,7 @@ class _Policies:
         if narrow:
             unrolled = weights.narrow_per_step_weights(graph, config, bits)
             step_config = weights.narrow(step_config or config, bits)
-        loops = annotate_loops(graph, config, step_config)
+        loops = annotate_loops(graph, config, step_config, plan.weight_parts)
         clip.clip_by_range(graph)
         table_inputs.cap_table_inputs(graph)
         magnitude.share_above(graph)
