@@ -366,6 +366,20 @@ def test_int16_short_of_the_target_gives_way_to_weights_in_two_parts():
     assert (plans[0].activations, plans[0].weight_parts) == ("int16", 2)
 
 
+def test_weights_in_two_parts_short_of_the_target_are_weighed_against_int16():
+    """DTLN on ethos-u85-256: int8 misses; int16_w16, the most accurate candidate, misses
+    too, and so int16 is simulated beside it (8-bit weights are not what limits DTLN) and,
+    more accurate, goes; int16_recurrent, narrower, is not simulated."""
+    estimates = {"int16_w16": 2600.0, "int16": 1300.0, "int16_recurrent": 1200.0, "int8": 1000.0}
+    scores = {"int8": [-0.6, 5.0], "int16_w16": [22.8, 19.9], "int16": [23.1, 20.3]}
+    weighed = ("int16_w16", "int16", "int16_recurrent", "int8")
+    plans, asked = _reaching(_choice("int8", estimates, weighed), scores)
+    assert asked == ["int8", "int16_w16", "int16"]
+    choice = plans[0].precision
+    assert (choice.name, choice.short) == ("int16", "output 1 at 20.3 dB")
+    assert plans[0].weight_parts == 1
+
+
 def test_weights_in_two_parts_are_never_chosen_for_cycles_alone():
     """Even where the cost model puts int16_w16 within the budget, it is weighed only for
     accuracy (candidates.reaching)."""
