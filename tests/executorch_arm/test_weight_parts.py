@@ -97,6 +97,8 @@ def _sqnr(quantization: str, tmp_path) -> list:
 
 
 def test_a_gru_in_two_weight_parts_tracks_torch(tmp_path):
+    """GRU 16 -> 25 and a head, loop form, ethos-u55-128: head / h_n 47.8 / 47.4 dB in int16,
+    64.9 / 65.6 in int16_w16 (measured when this test was written)."""
     whole, split = _sqnr("int16", tmp_path), _sqnr("int16_w16", tmp_path)
     assert min(split) > min(whole) + FLOOR_GAIN, (whole, split)
 

@@ -60,8 +60,8 @@ class _Policies:
         share = plan.share_state and not plan.keep_recurrent_on_cpu
         self.state_pairs = states.state_pairs(model.graph) if share else []  # ops still whole
         self.decompose(model)
-        if plan.weight_parts == 2:
-            weight_parts.split(model)
+        if plan.weight_parts == 2:  # not in float layers on the CPU
+            weight_parts.split(model, lambda n: plan.keep_recurrent_on_cpu and layer_of(n))
         return super().transform_for_annotation(model)
 
     def decompose(self, model: GraphModule) -> bool:

@@ -52,13 +52,13 @@ def _attr(gm: GraphModule, like: Node, name: str, value: torch.Tensor) -> Node:
     return node
 
 
-def split(gm: GraphModule) -> int:
-    """Every linear and conv1d/conv2d of `gm` with a constant weight as the sum of its hi
-    and lo products (the bias with hi's); returns how many. Products of weights that are
-    exact on their grid already (lo all zero) stay whole."""
+def split(gm: GraphModule, skip=lambda node: False) -> int:
+    """Every linear and conv1d/conv2d of `gm` with a constant weight, but those `skip`
+    names, as the sum of its hi and lo products (the bias with hi's); returns how many.
+    Products of weights that are exact on their grid already (lo all zero) stay whole."""
     count = 0
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _PRODUCTS:
+        if node.op != "call_function" or node.target not in _PRODUCTS or skip(node):
             continue
         weight_node = node.args[1]
         weight = _constant(gm, weight_node)
