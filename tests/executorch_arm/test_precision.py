@@ -380,6 +380,19 @@ def test_weights_in_two_parts_short_of_the_target_are_weighed_against_int16():
     assert plans[0].weight_parts == 1
 
 
+def test_short_of_the_target_a_cheaper_candidate_as_accurate_goes():
+    """madmom's BLSTM on ethos-u55-128: int16 predicted 19.7 dB at its worst output, int16_w16
+    20.3 for about twice the cycles; within SAME_DB of each other, int16 goes."""
+    estimates = {"int16_w16": 2000.0, "int16": 1010.0, "int16_recurrent": 1020.0, "int8": 1000.0}
+    scores = {"int16": [22.2, 19.7], "int16_w16": [20.3, 21.3]}
+    weighed = ("int16_w16", "int16", "int16_recurrent", "int8")
+    plans, asked = _reaching(_choice("int16", estimates, weighed), scores)
+    assert asked == ["int16", "int16_w16"]
+    choice = plans[0].precision
+    assert (choice.name, choice.short) == ("int16", "output 1 at 19.7 dB")
+    assert plans[0].weight_parts == 1
+
+
 def test_weights_in_two_parts_are_never_chosen_for_cycles_alone():
     """Even where the cost model puts int16_w16 within the budget, it is weighed only for
     accuracy (candidates.reaching)."""
