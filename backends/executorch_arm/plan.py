@@ -64,11 +64,9 @@ class ArmPlan:
         """The recurrent product that gives the fewest Vela cycles
         (docs/results/arm_benchmark.md): on Ethos-U85 a MATMUL with R on the left (Vela
         runs a per-step CONV at about 12 MACs/cycle there, the MATMUL at about 20);
-        elsewhere, and for weights of fewer than 8 bits or in two parts (a MATMUL's R is an
-        int8 feature map, quantized per tensor), the CONV form."""
-        u85 = self.target.lower().startswith("ethos-u85")
-        whole = self.recurrent_weight_bits == 8 and self.weight_parts == 1
-        return ProductForm("matmul" if u85 and whole else "linear")
+        elsewhere, and for weights of fewer than 8 bits (a MATMUL's R is an int8 feature
+        map), the CONV form."""
+        return ProductForm(step_product(self.target, self.recurrent_weight_bits))
 
     def core(self) -> Plan:
         """The core's passes for this plan: one input projection per direction (Vela copies
@@ -78,6 +76,14 @@ class ArmPlan:
         (`loop_takes`) is unrolled; int16 state lives in loop steps, so then every stack
         loops."""
         return core_plan(self.emission, self.keep_recurrent_on_cpu, self.state_bits == 16)
+
+
+def step_product(target: str, recurrent_weight_bits: int) -> str:
+    """A recurrent step's product with R on `target` (ArmPlan.products): "matmul", R a
+    feature map in the activations' precision (so weights in two parts leave it whole), or
+    "linear", R a weight."""
+    u85 = target.lower().startswith("ethos-u85")
+    return "matmul" if u85 and recurrent_weight_bits == 8 else "linear"
 
 
 def core_plan(

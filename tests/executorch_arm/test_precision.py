@@ -37,7 +37,7 @@ def test_features_split_the_program_into_regions():
     # GRU 64->16, T=12: one projection over all steps, then R (48x16) and 48 gate values
     # once a step.
     assert f.recurrent[0] == precision.Product(12 * 48 * 64, 48 * 64)
-    step = precision.Product(48 * 16, 48 * 16, gate_elems=48, vector=True)
+    step = precision.Product(48 * 16, 48 * 16, gate_elems=48, vector=True, step=True)
     assert f.recurrent[1:] == [step] * 12
     # Three convolutions (16, 32, 32 channels, frequency halved each) and the head.
     conv_macs = [12 * 8 * 16 * 1 * 9, 12 * 4 * 32 * 16 * 9, 12 * 2 * 32 * 32 * 9]
@@ -190,8 +190,10 @@ def test_a_bidirectional_lstm_with_proj_size_through_the_cost_model():
     per_direction = []
     for in_size in (10, 10, 2 * P, 2 * P):  # layer 0 reads x, layer 1 both directions' h
         per_direction.append(precision.Product(T * 4 * H * in_size, 4 * H * in_size))
-        per_direction += [precision.Product(4 * H * P, 4 * H * P, 4 * H, vector=True)] * T
-        per_direction += [precision.Product(P * H, P * H, 0, vector=True)] * T
+        per_direction += [
+            precision.Product(4 * H * P, 4 * H * P, 4 * H, vector=True, step=True)
+        ] * T
+        per_direction += [precision.Product(P * H, P * H, 0, vector=True, step=True)] * T
     assert f.recurrent == per_direction
 
 
@@ -404,6 +406,20 @@ def test_weights_in_two_parts_are_never_chosen_for_cycles_alone():
     choice = cost_model.choose(features, costs, budget=0.03)
     assert choice.name == "int16" and "int16_w16" in choice.weighed
     assert choice.estimates["int16_w16"] == choice.estimates["int16"]
+
+
+def test_weights_in_two_parts_double_every_constant_product_but_an_u85_step():
+    """On Ethos-U85 a step's product is a MATMUL reading R as a feature map (int16 already),
+    so int16_w16 leaves it whole; elsewhere R is a weight, and split."""
+    from recurrent_lowering.backends.executorch_arm.precision import cost_model
+
+    costs = {"mac": {"int8": 1.0, "int16": 1.0}, "vector_mac": {"int8": 1.0, "int16": 1.0}}
+    costs.update(weight_byte=0.0, gate_element=0.0, activation16=0.0, rescale=0.0)
+    step = cost_model.Product(10, 10, vector=True, step=True)
+    features = cost_model.Features(recurrent=[cost_model.Product(100, 10), step])
+    u55 = cost_model.choose(features, costs, budget=0.03).estimates
+    u85 = cost_model.choose(features, costs, budget=0.03, steps_split=False).estimates
+    assert (u55["int16"], u55["int16_w16"], u85["int16_w16"]) == (110, 220, 210)
 
 
 def test_min_sqnr_is_an_auto_option():

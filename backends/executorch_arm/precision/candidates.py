@@ -163,7 +163,9 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     which widen the weights alone: the most accurate whole-weight candidate is simulated
     beside it. When the first reaches the target, the ones estimated cheaper than it are
     simulated, cheapest first, up to the first that reaches it too."""
-    wider, tried = _wider(choice), {}
+    narrowed = o.recurrent_weight_bits != 8  # weights in two parts are 8-bit each
+    wider = [c for c in _wider(choice) if not (narrowed and c[0] in cost_model.WEIGHT_PARTS)]
+    tried = {}
 
     def reaches(candidate) -> bool:
         name, rest, recurrent = candidate

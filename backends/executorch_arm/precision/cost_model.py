@@ -36,6 +36,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
+from ..plan import step_product
 from ..recurrent_ops import aten as aten_ops
 
 COSTS_FILE = pathlib.Path(__file__).with_name("costs.json")
@@ -96,6 +97,8 @@ class Product:
     weight_bytes: int  # streamed from the weights' memory each time the product runs
     gate_elems: int = 0  # a recurrent step's: the gate arithmetic's width after it
     vector: bool = False  # one input vector (a step's product with R, an FC at T=1)
+    step: bool = False  # a recurrent step's product with R (or an LSTM's projection of h)
+    constant: bool = True  # its weight a constant (a linear's or a convolution's)
 
 
 @dataclasses.dataclass
@@ -210,7 +213,7 @@ def _steps(steps: int, matrices) -> list:
         gates = r[0] if w is not None else 0  # an LSTM's projection has no gates after it
         if w is not None:
             products.append(Product(steps * math.prod(w), math.prod(w)))
-        products += [Product(math.prod(r), math.prod(r), gates, vector=True)] * steps
+        products += [Product(math.prod(r), math.prod(r), gates, vector=True, step=True)] * steps
     return products
 
 
@@ -223,7 +226,7 @@ def _product(node: Node) -> Product:
         w = _shape(node.args[1])
         return Product(out * math.prod(w[1:]), math.prod(w), vector=out == w[0])
     k = _shape(node.args[0])[-1]
-    return Product(out * k, 0)
+    return Product(out * k, 0, constant=False)
 
 
 def _root(node):
@@ -272,20 +275,28 @@ def refused(f: Features, target: str) -> Optional[str]:
     return f"Vela refuses {', '.join(ops)} in int16 on {family}"
 
 
-def _cycles(products, bits: str, costs: dict, parts: int = 1) -> float:
+def _cycles(products, bits: str, costs: dict, parts: int = 1, steps_split: bool = True) -> float:
     mac, weight, gates = costs["mac"][bits], costs["weight_byte"], costs["gate_element"]
     vector = costs["vector_mac"][bits]
+
+    def times(p: Product) -> int:
+        return parts if p.constant and (steps_split or not p.step) else 1
+
     return sum(
-        parts * (p.macs * vector if p.vector else max(p.macs * mac, p.weight_bytes * weight))
+        times(p) * (p.macs * vector if p.vector else max(p.macs * mac, p.weight_bytes * weight))
         + p.gate_elems * gates
         for p in products
     )
 
 
-def estimate(f: Features, rest: str, recurrent: str, costs: dict, parts: int = 1) -> float:
+def estimate(
+    f: Features, rest: str, recurrent: str, costs: dict, parts: int = 1, steps_split: bool = True
+) -> float:
     """Cycles of the program with its rest and recurrent layers in these activations, its
-    weights in `parts` int8 parts (each part a product of its own)."""
-    cycles = _cycles(f.recurrent, recurrent, costs, parts) + _cycles(f.rest, rest, costs, parts)
+    constant weights in `parts` int8 parts (each part a product of its own; a step's R too
+    when `steps_split`, a weight of the step's product: plan.step_product)."""
+    cycles = _cycles(f.recurrent, recurrent, costs, parts, steps_split)
+    cycles += _cycles(f.rest, rest, costs, parts)
     if rest == "int16":
         cycles += f.activation_elems * costs["activation16"]
     if rest != recurrent and f.recurrent:
@@ -293,12 +304,18 @@ def estimate(f: Features, rest: str, recurrent: str, costs: dict, parts: int = 1
     return cycles
 
 
-def choose(f: Features, costs: dict, budget: float, refused: Optional[str] = None) -> Choice:
+def choose(
+    f: Features,
+    costs: dict,
+    budget: float,
+    refused: Optional[str] = None,
+    steps_split: bool = True,
+) -> Choice:
     """The most accurate candidate within `budget` of all-int8's estimated cycles, of those
     not weighed for accuracy alone (WEIGHT_PARTS); none with an int16 rest when `refused`
     says why the target cannot take one."""
     estimates = {
-        name: estimate(f, rest, rec, costs, WEIGHT_PARTS.get(name, 1))
+        name: estimate(f, rest, rec, costs, WEIGHT_PARTS.get(name, 1), steps_split)
         for name, rest, rec in CANDIDATES
     }
     limit = estimates["int8"] * (1 + budget)
@@ -328,4 +345,5 @@ def choose_for(module: torch.nn.Module, example_inputs, target: str, budget: flo
     """Export `module` (float) and choose its precision per region for `target`."""
     costs = load_costs(target)
     f = features(torch.export.export(module, tuple(example_inputs)))
-    return choose(f, costs, budget, refused(f, target))
+    steps_split = step_product(target, 8) != "matmul"  # auto's recurrent weights are 8-bit
+    return choose(f, costs, budget, refused(f, target), steps_split)
