@@ -475,7 +475,8 @@ def header(args, command: str) -> list[str]:
         )
         + f" (T = {args.frames} where the time axis is dynamic) and `--quantization "
         f"{args.quantization}` (the precision column: what it gave the activations, auto's "
-        "choice per region: int8, int16_recurrent or int16). Time is the CLI's "
+        "choice: int8, int16_recurrent, int16 or int16_w16, int16 with weights in two "
+        "int8 parts). Time is the CLI's "
         f"wall time (timeout {TIMEOUT_S} s). Cycles are Vela's estimate. SQNR is the TOSA "
         "reference model against onnxruntime running the original fp32 model on the same "
         "input, over all outputs (worst output in brackets). Recurrent nodes: as torch "
