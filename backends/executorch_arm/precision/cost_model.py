@@ -1,11 +1,13 @@
 """`--quantization auto`: int16 activations in each region where the target gives them cheaply.
 
 Two regions: the recurrent layers (projection, steps, outputs) and the rest of the program
-(conv/FC front-ends, heads). Three candidates, most accurate first: all int16, recurrent
-int16 with the rest int8, all int8. The first whose estimated cycles are within
-`budget` of all-int8's wins; a rest holding an operator the target's Vela refuses in int16
-(INT16_REFUSED) takes no int16 candidate for it. The estimate is a model of Vela, so
-choosing costs no extra lowering:
+(conv/FC front-ends, heads). Candidates, most accurate first: all int16 with weights in two
+int8 parts (weighed for accuracy only, candidates.reaching), all int16, recurrent int16
+with the rest int8, all int8. The first of the last three whose estimated cycles are
+within `budget` of all-int8's wins; a rest holding an operator the target's Vela refuses
+in int16 (INT16_REFUSED) takes no int16 candidate for it. The estimate is a model of Vela,
+so choosing costs no extra lowering (weights in two parts: each split product counted
+twice):
 
     product of a matrix with one vector (a recurrent step's with R, an FC at T=1):
         MACs * vector_mac[bits]
