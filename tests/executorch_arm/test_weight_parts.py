@@ -7,16 +7,15 @@ lowered GRU's program on the TOSA reference model tracks torch much more closely
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.backends.executorch_arm.exported import module_of
 from recurrent_lowering.backends.executorch_arm.options import OptionError, Options, check
+from recurrent_lowering.backends.executorch_arm.precision import accuracy
 from recurrent_lowering.backends.executorch_arm.quantization import weight_parts
-from recurrent_lowering.runtime import arm_numerics
-from recurrent_lowering.runtime.metrics import sqnr_db
+from recurrent_lowering.runtime.metrics import sqnr_per_output
 
 
 class _Front(torch.nn.Module):
@@ -32,7 +31,7 @@ class _Front(torch.nn.Module):
 
 def test_parts_sum_to_the_weight_and_hi_is_on_the_weight_grid():
     weight = torch.randn(6, 4, 3)
-    hi, lo = weight_parts.parts(weight)
+    hi, lo = weight_parts.parts(weight, 127)
     scale = weight.reshape(6, -1).abs().amax(dim=1).reshape(6, 1, 1) / 127
     codes = hi / scale
     torch.testing.assert_close(codes, torch.round(codes), rtol=0, atol=1e-4)
@@ -45,7 +44,7 @@ def test_split_keeps_the_float_function():
     module = _Front().eval()
     x = torch.randn(2, 4, 10)
     gm = module_of(torch.export.export(module, (x,)))
-    assert weight_parts.split(gm) == 2
+    assert weight_parts.split(gm, 127) == 2
     products = [n for n in gm.graph.nodes if n.target in weight_parts._PRODUCTS]
     assert len(products) == 4
     torch.testing.assert_close(gm(x), module(x), rtol=1e-5, atol=1e-6)
@@ -87,13 +86,9 @@ def _sqnr(quantization: str, tmp_path) -> list:
         calibration_inputs=calibration,
         emission="loop",
     )
-    got, want = [[], []], [[], []]
-    with torch.no_grad():
-        for x in held_out:
-            for k, (g, w) in enumerate(zip(arm_numerics.run(result, x), module(*x))):
-                got[k].append(np.ravel(g))
-                want[k].append(w.numpy().ravel())
-    return [sqnr_db(np.concatenate(w), np.concatenate(g)) for w, g in zip(want, got)]
+    samples = accuracy.Evaluation(held_out)
+    want = accuracy.outputs(accuracy.of_module(module), samples)
+    return sqnr_per_output(want, accuracy.outputs(accuracy.of_lowered(result), samples))
 
 
 def test_a_gru_in_two_weight_parts_tracks_torch(tmp_path):

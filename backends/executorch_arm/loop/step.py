@@ -52,7 +52,7 @@ class _StepQuantizer(TOSAQuantizer):
 
     def transform_for_annotation(self, model):
         if self.weight_parts == 2:
-            split_weights(model)
+            split_weights(model, self.global_config.weight.quant_max)
         return super().transform_for_annotation(model)
 
     def annotate(self, model):

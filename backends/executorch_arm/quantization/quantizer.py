@@ -61,7 +61,8 @@ class _Policies:
         self.state_pairs = states.state_pairs(model.graph) if share else []  # ops still whole
         self.decompose(model)
         if plan.weight_parts == 2:  # not in float layers on the CPU
-            weight_parts.split(model, lambda n: plan.keep_recurrent_on_cpu and layer_of(n))
+            qmax = self.global_config.weight.quant_max
+            weight_parts.split(model, qmax, lambda n: plan.keep_recurrent_on_cpu and layer_of(n))
         return super().transform_for_annotation(model)
 
     def decompose(self, model: GraphModule) -> bool:

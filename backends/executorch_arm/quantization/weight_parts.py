@@ -5,9 +5,10 @@ their state back 8-bit weights alone cap the state (silero-vad's at 24.5 dB, mad
 main output at 16.6 dB with every activation in float; docs/results/real_model_accuracy.md).
 A product with weight W becomes two products of the same input, summed:
 
-    W = hi + lo,  hi = s * round(W / s)  (s = max|W| / 127 per output channel)
+    W = hi + lo,  hi = s * round(W / s)  (s = max|W| / qmax per output channel)
 
-`hi` lies on the very grid the Arm quantizer's per-channel min-max observer gives W, so it
+with qmax the quantizer's own weight range (127: ExecuTorch's symmetric int8 weights), so
+`hi` lies on the very grid the Arm quantizer's per-channel min-max observer gives W and
 quantizes exactly; `lo`, at most s / 2 per channel, gets its own grid 254 times finer or more.
 What is left of a weight's error is lo's rounding, under 1/508 of W's step. The cost is a
 second product of the same shape (its MACs and its weight bytes) and an ADD.
@@ -25,13 +26,12 @@ from torch.fx import GraphModule, Node
 
 aten = torch.ops.aten
 _PRODUCTS = (aten.linear.default, aten.conv1d.default, aten.conv2d.default)
-QMAX = 127  # the Arm quantizer's symmetric int8 weights: [-127, 127], per output channel
 
 
-def parts(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hi, lo): hi on the per-output-channel grid max|W| / QMAX, lo = W - hi."""
+def parts(weight: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo): hi on the per-output-channel grid max|W| / qmax, lo = W - hi."""
     flat = weight.detach().reshape(weight.shape[0], -1)
-    scale = flat.abs().amax(dim=1) / QMAX
+    scale = flat.abs().amax(dim=1) / qmax
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     scale = scale.reshape(-1, *([1] * (weight.dim() - 1)))
     hi = torch.round(weight.detach() / scale) * scale
@@ -54,9 +54,10 @@ def _attr(gm: GraphModule, like: Node, name: str, value: torch.Tensor) -> Node:
     return node
 
 
-def split(gm: GraphModule, skip=lambda node: False) -> int:
+def split(gm: GraphModule, qmax: int, skip=lambda node: False) -> int:
     """Every linear and conv1d/conv2d of `gm` with a constant weight, but those `skip`
-    names, as the sum of its hi and lo products (the bias with hi's); returns how many.
+    names, as the sum of its hi and lo products (the bias with hi's), hi on the grid of
+    symmetric weights in [-qmax, qmax]; returns how many.
     Products of weights that are exact on their grid already (lo all zero) stay whole."""
     count = 0
     for node in list(gm.graph.nodes):
@@ -66,7 +67,7 @@ def split(gm: GraphModule, skip=lambda node: False) -> int:
         weight = _constant(gm, weight_node)
         if weight is None or not weight.is_floating_point():
             continue
-        hi, lo = parts(weight)
+        hi, lo = parts(weight, qmax)
         if not torch.any(lo):
             continue
         rest = list(node.args[2:])
