@@ -10,13 +10,12 @@ is c's one scale for every step), and 47 dB with a narrow c either way.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
-from recurrent_lowering.runtime import arm_numerics
-from recurrent_lowering.runtime.metrics import sqnr_db
+from recurrent_lowering.backends.executorch_arm.precision import accuracy
+from recurrent_lowering.runtime.metrics import sqnr_per_output
 
 
 class _Lstm(torch.nn.Module):
@@ -53,13 +52,9 @@ def _sqnr(c_level: float, tmp_path) -> list:
         calibration_inputs=calibration,
         emission="loop",
     )
-    got, want = [[], [], []], [[], [], []]
-    with torch.no_grad():
-        for sample in held_out:
-            for k, (g, w) in enumerate(zip(arm_numerics.run(result, sample), module(*sample))):
-                got[k].append(np.ravel(g))
-                want[k].append(w.numpy().ravel())
-    return [sqnr_db(np.concatenate(w), np.concatenate(g)) for w, g in zip(want, got)]
+    samples = accuracy.Evaluation(held_out)
+    want = accuracy.outputs(accuracy.of_module(module), samples)
+    return sqnr_per_output(want, accuracy.outputs(accuracy.of_lowered(result), samples))
 
 
 @pytest.mark.parametrize("c_level, floor", [(600.0, (18, 15, 20)), (1.0, (40, 40, 40))])

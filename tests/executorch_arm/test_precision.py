@@ -236,12 +236,12 @@ def test_vela_refuses_an_int16_transposed_convolution_on_u55(tmp_path):
     assert int8.num_delegates == 1
 
 
+# Every candidate, int16_w16 included (weighed on targets whose rest takes int16).
+_EVERY = tuple(name for name, _, _ in precision.CANDIDATES)
+
+
 def _choice(name, estimates, weighed=("int16", "int16_recurrent", "int8")):
-    rest, recurrent = {
-        "int16_w16": ("int16", "int16"),
-        "int16": ("int16", "int16"),
-        "int16_recurrent": ("int8", "int16"),
-    }.get(name, ("int8", "int8"))
+    _, rest, recurrent = next(c for c in precision.CANDIDATES if c[0] == name)
     return precision.Choice(name, rest, recurrent, estimates, budget=0.03, weighed=weighed)
 
 
@@ -360,8 +360,7 @@ def test_int16_short_of_the_target_gives_way_to_weights_in_two_parts():
     target and goes, for accuracy, its plan splitting the weights."""
     estimates = {"int16_w16": 2000.0, "int16": 1010.0, "int16_recurrent": 1020.0, "int8": 1000.0}
     scores = {"int16": [14.1, 39.5], "int16_w16": [39.2, 47.3]}
-    weighed = ("int16_w16", "int16", "int16_recurrent", "int8")
-    plans, asked = _reaching(_choice("int16", estimates, weighed), scores)
+    plans, asked = _reaching(_choice("int16", estimates, _EVERY), scores)
     assert asked == ["int16", "int16_w16"]
     choice = plans[0].precision
     assert (choice.name, choice.for_accuracy, choice.short) == ("int16_w16", True, None)
@@ -374,8 +373,7 @@ def test_weights_in_two_parts_short_of_the_target_are_weighed_against_int16():
     more accurate, goes; int16_recurrent, narrower, is not simulated."""
     estimates = {"int16_w16": 2600.0, "int16": 1300.0, "int16_recurrent": 1200.0, "int8": 1000.0}
     scores = {"int8": [-0.6, 5.0], "int16_w16": [22.8, 19.9], "int16": [23.1, 20.3]}
-    weighed = ("int16_w16", "int16", "int16_recurrent", "int8")
-    plans, asked = _reaching(_choice("int8", estimates, weighed), scores)
+    plans, asked = _reaching(_choice("int8", estimates, _EVERY), scores)
     assert asked == ["int8", "int16_w16", "int16"]
     choice = plans[0].precision
     assert (choice.name, choice.short) == ("int16", "output 1 at 20.3 dB")
@@ -387,8 +385,7 @@ def test_short_of_the_target_a_cheaper_candidate_as_accurate_goes():
     20.3 for about twice the cycles; within SAME_DB of each other, int16 goes."""
     estimates = {"int16_w16": 2000.0, "int16": 1010.0, "int16_recurrent": 1020.0, "int8": 1000.0}
     scores = {"int16": [22.2, 19.7], "int16_w16": [20.3, 21.3]}
-    weighed = ("int16_w16", "int16", "int16_recurrent", "int8")
-    plans, asked = _reaching(_choice("int16", estimates, weighed), scores)
+    plans, asked = _reaching(_choice("int16", estimates, _EVERY), scores)
     assert asked == ["int16", "int16_w16"]
     choice = plans[0].precision
     assert (choice.name, choice.short) == ("int16", "output 1 at 19.7 dB")
@@ -398,12 +395,10 @@ def test_short_of_the_target_a_cheaper_candidate_as_accurate_goes():
 def test_weights_in_two_parts_are_never_chosen_for_cycles_alone():
     """Even where the cost model puts int16_w16 within the budget, it is weighed only for
     accuracy (candidates.reaching)."""
-    from recurrent_lowering.backends.executorch_arm.precision import cost_model
-
     costs = {"mac": {"int8": 0.0, "int16": 0.0}, "vector_mac": {"int8": 0.0, "int16": 0.0}}
     costs.update(weight_byte=0.0, gate_element=1.0, activation16=0.0, rescale=0.0)
-    features = cost_model.Features(recurrent=[cost_model.Product(10, 10, gate_elems=10)])
-    choice = cost_model.choose(features, costs, budget=0.03)
+    features = precision.Features(recurrent=[precision.Product(10, 10, gate_elems=10)])
+    choice = precision.choose(features, costs, budget=0.03)
     assert choice.name == "int16" and "int16_w16" in choice.weighed
     assert choice.estimates["int16_w16"] == choice.estimates["int16"]
 
@@ -411,14 +406,12 @@ def test_weights_in_two_parts_are_never_chosen_for_cycles_alone():
 def test_weights_in_two_parts_double_every_constant_product_but_an_u85_step():
     """On Ethos-U85 a step's product is a MATMUL reading R as a feature map (int16 already),
     so int16_w16 leaves it whole; elsewhere R is a weight, and split."""
-    from recurrent_lowering.backends.executorch_arm.precision import cost_model
-
     costs = {"mac": {"int8": 1.0, "int16": 1.0}, "vector_mac": {"int8": 1.0, "int16": 1.0}}
     costs.update(weight_byte=0.0, gate_element=0.0, activation16=0.0, rescale=0.0)
-    step = cost_model.Product(10, 10, vector=True, step=True)
-    features = cost_model.Features(recurrent=[cost_model.Product(100, 10), step])
-    u55 = cost_model.choose(features, costs, budget=0.03).estimates
-    u85 = cost_model.choose(features, costs, budget=0.03, steps_split=False).estimates
+    step = precision.Product(10, 10, vector=True, step=True)
+    features = precision.Features(recurrent=[precision.Product(100, 10), step])
+    u55 = precision.choose(features, costs, budget=0.03).estimates
+    u85 = precision.choose(features, costs, budget=0.03, steps_split=False).estimates
     assert (u55["int16"], u55["int16_w16"], u85["int16_w16"]) == (110, 220, 210)
 
 
