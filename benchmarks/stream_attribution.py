@@ -19,6 +19,9 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
                  513 entries), everything else float
   --tosa         also lower it (flow.lower, the same calibration) and measure the program on
                  the TOSA reference model in the same closed loop: the simulation checked
+  --lut_down     with --tosa: the program also with its int16 TABLEs rounding down, as a
+                 U55 whose LUT truncated its interpolation would compute them
+                 (ethos_u55_int16.truncating_luts): what the figure rests on there
   --int16_tables SPEC[;SPEC...]
                  the simulation with ExecuTorch's int16 TABLEs emulated (int16_tables.py) on
                  the ops SPEC names: all, op names (sigmoid, tanh, reciprocal, pow: a sqrt)
@@ -139,6 +142,7 @@ def main() -> None:
     parser.add_argument("--roles", action="store_true")
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument("--tosa", action="store_true")
+    parser.add_argument("--lut_down", action="store_true", help="with --tosa")
     parser.add_argument("--sqrt_table", type=int, default=0)
     parser.add_argument("--int16_tables", default="")
     parser.add_argument("--keep_recurrent_on_cpu", action="store_true", help="in float")
@@ -207,9 +211,20 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as work:
             lowered = flow.lower(module, example, options, work, calibration_inputs=calibrate)
             _, tosa = closed_loops(lowered, module, evaluation.samples, state)
-        results["tosa"] = score([np.reshape(t, np.shape(r)) for t, r in zip(tosa, reference)])
+            if args.lut_down:
+                from recurrent_lowering.runtime import ethos_u55_int16
+
+                program = lowered.tosa_files[0]
+                program.write_bytes(ethos_u55_int16.truncating_luts(program.read_bytes()))
+                lowered.verified = None
+                _, down = closed_loops(lowered, module, evaluation.samples, state)
+        shaped = lambda outs: [np.reshape(t, np.shape(r)) for t, r in zip(outs, reference)]  # noqa: E731
+        results["tosa"] = score(shaped(tosa))
         results["tosa"]["cycles"] = int(lowered.vela.summary.cycles) if lowered.vela else None
         print("TOSA reference model", results["tosa"], flush=True)
+        if args.lut_down:
+            results["lut_down"] = score(shaped(down))
+            print("... its int16 LUTs rounding down", results["lut_down"], flush=True)
     if args.sensitivity:
         results["sensitivity"] = {}
         for where in ("state", "input"):

@@ -44,13 +44,14 @@ def lut_words(table: np.ndarray) -> np.ndarray:
     return (base | (slope << 16)).astype("<u4")
 
 
-def lut(x: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """The U55's int16 interpolating LUT on int16 `x`: base + ((slope * frac + 64) >> 7)."""
+def lut(x: np.ndarray, words: np.ndarray, half: int = 64) -> np.ndarray:
+    """The U55's int16 interpolating LUT on int16 `x`: base + ((slope * frac + 64) >> 7),
+    the interpolation rounded half up (`half` 0: rounded down)."""
     u = np.asarray(x, np.int64) + 32768
     index, frac = u >> 7, u & 127
     base = (words[index] & 0xFFFF).astype(np.uint16).view(np.int16).astype(np.int64)
     slope = (words[index] >> 16).astype(np.uint16).view(np.int16).astype(np.int64)
-    return np.clip(base + ((slope * frac + 64) >> 7), -32768, 32767).astype(np.int16)
+    return np.clip(base + ((slope * frac + half) >> 7), -32768, 32767).astype(np.int16)
 
 
 def lut_offsets(read_only: bytes, table: np.ndarray) -> list[int]:
@@ -540,3 +541,207 @@ def run(npz, inputs, trace: list | None = None, model=None) -> list[np.ndarray]:
         )
         outputs.append(np.frombuffer(raw, _DTYPES[8 * size]).reshape(shape).copy())
     return outputs
+
+
+# --- What a program's figure rests on ------------------------------------------------------
+#
+# Each NPU operation of a command stream, classified by what the TOSA reference model's
+# figure rests on for it on Ethos-U55/U65 (benchmarks/u55_forms.py tabulates real programs).
+
+INT8 = "int8"  # every operand and the result 8-bit: Vela's int8 forms, not in question here
+CONV16 = "int16 convolution"  # equal while the 40-bit accumulator holds (accumulator_bits)
+MODELLED = "16-bit"  # ELEMENTWISE / 1x1 POOL the model computes, nothing wider than 16 bits
+WIDE = "32-bit"  # a 32-bit operand or result: rests on the whole product, an unclipped OFM
+NOT_MODELLED = "not modelled"  # what `compute` refuses
+# Any of the last three may carry a 16-bit LUT as its activation (`Operation.activation`),
+# which rests on the LUT's rounding.
+
+
+def describe(op: Operation) -> str:
+    """The arithmetic of `op` in one line (not where it reads or writes, nor its shape)."""
+    bits = "/".join(f"i{b}" for b in op.bits if b) if op.bits[1] else f"i{op.bits[0]}>i{op.bits[2]}"
+    text = f"{op.kind[:4]} {op.mode} {bits} ofm{op.ofm} {op.rounding[1]}"
+    if op.opa is not None:
+        text += f" {op.ifm_scale_mode} opa{op.opa} opb {op.opb}"
+    if op.ifm2 is not None:
+        text += f" ifm2 {op.ifm2}" + (" reversed" if op.operand_order == "A" else "")
+    if op.kernel != (1, 1):
+        text += f" kernel{op.kernel}"
+    if op.activation:
+        text += f" LUT{op.activation - 16}"
+    if op.bits[2] <= 16 and op.clip != (-32768, 32767):
+        text += f" clip{op.clip}"
+    return text
+
+
+def standing(op: Operation) -> str:
+    """What the report's figure rests on for `op` (one of the constants above)."""
+    bits = [b for b in op.bits if b]
+    if max(bits) <= 8:
+        return INT8
+    try:
+        operands = [np.zeros(1, np.int64)] * (2 if op.kind == "ELEMENTWISE" else 1)
+        words = np.zeros(512, np.uint32) if op.activation >= 16 else None
+        compute(op, *operands, lut_words=words)
+    except ValueError:
+        return NOT_MODELLED
+    return WIDE if max(bits) > 16 else MODELLED
+
+
+_CONV_NAMES = {0x002: "CONV", 0x003: "DEPTHWISE"}
+
+
+def inventory(cmd_data: bytes):
+    """(standing, LUT, form) of each NPU operation of the command stream, in order:
+    ELEMENTWISE and POOL by `standing` and `describe`, LUT True where a 16-bit LUT is its
+    activation; a convolution as INT8 or CONV16 by its IFM."""
+    known: dict = {}
+    for op, regs in _walk(cmd_data):
+        if op is None:
+            continue
+        if isinstance(op, str):
+            ifm = regs.precision("IFM_PRECISION")[0]
+            ofm = regs.precision("OFM_PRECISION", ofm=True)[0]
+            kernel = (regs.param("KERNEL_HEIGHT_M1") + 1, regs.param("KERNEL_WIDTH_M1") + 1)
+            lut = regs.param("ACTIVATION") & 0x1F >= 16
+            form = f"{op} i{ifm}>i{ofm} kernel{kernel}" + (" LUT" if lut else "")
+            yield (CONV16 if ifm == 16 else INT8 if ofm == 8 else NOT_MODELLED), lut, form
+            continue
+        if op.signature not in known:  # a loop form repeats a few forms thousands of times
+            known[op.signature] = standing(op), describe(op)
+        yield known[op.signature][0], op.activation >= 16, known[op.signature][1]
+
+
+_CONVOLUTIONS = {"CONV2D": (1, 2, 3), "DEPTHWISE_CONV2D": (0, 1), "TRANSPOSE_CONV2D": (1, 2, 3)}
+
+
+def accumulator_bits(tosa) -> int | None:
+    """The most bits any int16 convolution of the TOSA graph (`tosa`: bytes or path) needs
+    for its accumulator over every int16 input (sum of |weight| times 2^15, plus |bias|,
+    signed); None if it has none. Equal to TOSA's 48-bit result while <= ACCUMULATOR_BITS."""
+    from . import tosa_flatbuffer as tf
+
+    buf = tf.load_bytes(tosa)
+    block = tf.main_block(buf)
+    types = {}
+    wanted = []
+    for o in range(block.OperatorsLength()):
+        op = block.Operators(o)
+        name = tf._OP_NAMES.get(op.Op())
+        if name in _CONVOLUTIONS:
+            wanted.append((name, [op.Inputs(k).decode() for k in range(3)]))
+    if not wanted:
+        return None
+    names = {n for _, inputs in wanted for n in inputs}
+    for i in range(block.TensorsLength()):
+        t = block.Tensors(i)
+        name = t.Name().decode()
+        if name in names:
+            shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+            dtype = tf._DTYPE_NAMES.get(t.Type(), str(t.Type()))
+            types[name] = (dtype, shape, t)
+    worst = None
+    for kind, (x, w, b) in wanted:
+        if types[x][0] != "INT16":
+            continue
+        weights = tf.decode(types[w][2].DataAsNumpy(), types[w][0], int(np.prod(types[w][1])))
+        weights = np.abs(weights.reshape(types[w][1]).astype(np.int64))
+        bias = tf.decode(types[b][2].DataAsNumpy(), types[b][0], int(np.prod(types[b][1])))
+        total = weights.sum(axis=_CONVOLUTIONS[kind]).reshape(-1)
+        reach = int(total.max()) * (1 << 15) + int(np.abs(bias.astype(np.int64)).max(initial=0))
+        bits = reach.bit_length() + 1
+        worst = bits if worst is None else max(worst, bits)
+    return worst
+
+
+def truncating_luts(flatbuffer: bytes) -> bytes:
+    """The program as a U55 whose LUT rounded its interpolation down would compute it: 64
+    subtracted between each int16 TABLE and the RESCALE (2^30, >> 37) Vela fuses with it
+    (`lut`), which turns that RESCALE's half-up rounding of v / 2^7 into a floor. What the
+    report's figure would be if the one LUT behaviour no public document states went the
+    other way (benchmarks/u55_forms.py, stream_attribution.py --lut_rounding down)."""
+    import dataclasses as dc
+
+    import tosa_serializer as ts
+
+    from . import tosa_copy, tosa_pieces
+
+    def _value(t):
+        return tosa_copy.values(t.data, t.dtype, 1)[0]
+
+    graph = tosa_copy.load(flatbuffer)
+    if len(graph.regions) != 1 or len(graph.regions[0].basicBlocks) != 1:
+        raise ValueError("a TOSA graph of more than one block")
+    block = graph.regions[0].basicBlocks[0]
+    tensors, shapes = tosa_pieces.read_tensors(flatbuffer)
+    operators = list(block.operators)
+    tables = {
+        op.outputs[0]
+        for op in operators
+        if op.op == ts.Op.TABLE and tensors[op.inputs[0]].dtype == ts.DType.INT16
+    }
+
+    @dc.dataclass
+    class _Op:
+        op: object
+        inputs: list
+        outputs: list
+        attributes: object
+
+    def new(kind, inputs, outputs, attribute, *args):
+        attr = ts.TosaSerializerAttribute()
+        getattr(attr, attribute)(*args)
+        return _Op(kind, inputs, outputs, attr)
+
+    rewritten = []
+    for op in operators:
+        if any(name in tables for name in op.inputs):
+            if op.op != ts.Op.RESCALE:
+                raise ValueError(f"an int16 TABLE read by {op.op}, not a RESCALE")
+            m, shift = (int(_value(tensors[n])) for n in op.inputs[1:3])
+            if (m, shift) != (1 << 30, 37):
+                raise ValueError(f"an int16 TABLE's RESCALE ({m}, {shift}), not (2^30, 37)")
+            source = op.inputs[0]
+            value, down = f"{source}_half", f"{source}_down"
+            rank = len(tensors[source].shape)
+            tensors[value] = tosa_pieces.Tensor(
+                [1] * rank, ts.DType.INT32, np.array([-64], "<i4").view(np.uint8)
+            )
+            tensors[down] = tosa_pieces.Tensor(tensors[source].shape, ts.DType.INT32, None)
+            rewritten.append(new(ts.Op.CONST, [], [value], "ConstAttribute"))
+            rewritten.append(new(ts.Op.ADD, [source, value], [down], "AddAttribute"))
+            op = _Op(op.op, [down, *list(op.inputs)[1:]], list(op.outputs), op.attributes)
+        rewritten.append(op)
+    return tosa_pieces.write(
+        tensors, shapes, rewritten, range(len(rewritten)), list(block.inputs), list(block.outputs)
+    )
+
+
+def rests_on(npz_files, tosa_files) -> dict | None:
+    """What an Ethos-U55/U65 program's TOSA-reference figure rests on, from Vela's outputs
+    (`npz_files`, one per delegate) and the .tosa it compiled: operations per standing,
+    how many carry a 16-bit LUT, the int16 convolutions' worst-case accumulator bits, and
+    the behaviours the figure assumes (`assumes`). None for a program without int16."""
+    counts, luts = dict.fromkeys((INT8, CONV16, MODELLED, WIDE, NOT_MODELLED), 0), 0
+    for path in npz_files:
+        with np.load(path) as npz:
+            cmd_data = bytes(npz["cmd_data"].item())
+        for standing, lut, _ in inventory(cmd_data):
+            counts[standing] += 1
+            luts += lut
+    if sum(counts.values()) == counts[INT8]:
+        return None
+    bits = [b for b in map(accumulator_bits, tosa_files) if b is not None]
+    worst = max(bits) if bits else None
+    assumes = []
+    if luts:
+        assumes.append("the LUT rounds its interpolation half up")
+    if counts[WIDE]:
+        assumes.append("a 32-bit MUL keeps its whole product; a 32-bit OFM is not clipped")
+    return {
+        "operations": counts,
+        "lut_operations": luts,
+        "accumulator_bits": worst,
+        "accumulator_fits": worst is None or worst <= ACCUMULATOR_BITS,
+        "assumes": assumes,
+    }

@@ -69,7 +69,7 @@ def split(flatbuffer: bytes, max_ops: int = MAX_OPS) -> Optional[Pieces]:
     block = graph.regions[0].basicBlocks[0]
     operators = list(block.operators)
     outputs = list(block.outputs)
-    tensors, shapes = _tensors(flatbuffer)
+    tensors, shapes = read_tensors(flatbuffer)
     cuts = _cuts(operators, {**shapes, **tensors}, set(outputs), max_ops)
     if len(cuts) < 2:
         return None
@@ -84,7 +84,7 @@ def split(flatbuffer: bytes, max_ops: int = MAX_OPS) -> Optional[Pieces]:
         from_constants = {n for c in constants for n in operators[c].outputs}
         fed = [n for n in read if n not in produced and n not in from_constants]
         results = sorted(live, key=lambda n: producer[n])
-        graphs.append(_write(tensors, shapes, operators, constants + ops, fed, results))
+        graphs.append(write(tensors, shapes, operators, constants + ops, fed, results))
     # An output a CONST writes (ExecuTorch folds a view of a constant into one) is no
     # piece's result: its values come from the flatbuffer.
     constants = {
@@ -96,14 +96,14 @@ def split(flatbuffer: bytes, max_ops: int = MAX_OPS) -> Optional[Pieces]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Tensor:
+class Tensor:
     shape: list
     dtype: object  # ts.DType
     data: np.ndarray  # serialized bytes (constants)
 
 
-def _tensors(flatbuffer: bytes) -> tuple[dict, dict]:
-    """name -> _Tensor for the main block's tensors and shapes, read from the flatbuffer
+def read_tensors(flatbuffer: bytes) -> tuple[dict, dict]:
+    """name -> Tensor for the main block's tensors and shapes, read from the flatbuffer
     (the serializer looks a name up by a linear search: quadratic over a large graph)."""
     block = tosa_flatbuffer.main_block(flatbuffer)
     tensors, shapes = {}, {}
@@ -111,15 +111,18 @@ def _tensors(flatbuffer: bytes) -> tuple[dict, dict]:
         t = block.Tensors(j)
         shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
         data = t.DataAsNumpy() if t.DataLength() else np.zeros(0, np.uint8)
-        tensors[t.Name().decode()] = _Tensor(shape, ts.DType(t.Type()), data)
+        tensors[t.Name().decode()] = Tensor(shape, ts.DType(t.Type()), data)
     for j in range(block.ShapesLength()):
         s = block.Shapes(j)
         data = s.DataAsNumpy() if s.DataLength() else np.zeros(0, np.uint8)
-        shapes[s.Name().decode()] = _Tensor([s.Rank()], ts.DType.SHAPE, data)
+        shapes[s.Name().decode()] = Tensor([s.Rank()], ts.DType.SHAPE, data)
     return tensors, shapes
 
 
-def _write(tensors, shapes, operators, ops: list, inputs: list, outputs: list) -> bytes:
+def write(tensors, shapes, operators, ops: list, inputs: list, outputs: list) -> bytes:
+    """A graph of `operators[i]` for i in `ops`, in that order (each with op, inputs, outputs
+    and attributes: one read back, or a writable ts.TosaSerializerAttribute), its tensors
+    and shapes from `tensors` / `shapes` (read_tensors), `inputs` and `outputs` its I/O."""
     out = ts.TosaSerializer("")
     target = out.currRegion.currBasicBlock
     written = set()
@@ -144,9 +147,10 @@ def _write(tensors, shapes, operators, ops: list, inputs: list, outputs: list) -
                 else:
                     target.addTensor(name, t.shape, t.dtype)
             written.add(name)
-        target.addOperator(
-            op.op, list(op.inputs), list(op.outputs), tosa_copy.copy_attribute(op.attributes)
-        )
+        attr = op.attributes
+        if not isinstance(attr, ts.TosaSerializerAttribute):
+            attr = tosa_copy.copy_attribute(attr)
+        target.addOperator(op.op, list(op.inputs), list(op.outputs), attr)
     for name in outputs:
         target.addOutput(name)
     return bytes(out.serialize())

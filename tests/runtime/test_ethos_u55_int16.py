@@ -120,6 +120,35 @@ def test_the_model_rounds_the_lut_half_up():
     assert np.mean(u55.lut(x, words) != truncated) > 0.1
 
 
+def test_truncating_luts_computes_a_lut_rounding_down(lowered):
+    """The program rewritten as a U55 whose LUT rounded down would compute it: on the TOSA
+    reference model, equal to the LUT model with the rounding down on every input, and
+    different from the program as it is (rounding half up) on many."""
+    tosa, _, _ = lowered
+    x = np.arange(-32768, 32768, dtype=np.int16).reshape(256, 256)
+    for name, table in _tables(tosa).items():
+        graph = _table_then_rescale(table)
+        (down,) = tosa_reference.run(u55.truncating_luts(graph), [x])
+        (up,) = tosa_reference.run(graph, [x])
+        words = u55.lut_words(table)
+        assert np.array_equal(down, u55.lut(x, words, half=0)), name
+        assert np.mean(down != up) > 0.1 and np.all(np.abs(down.astype(int) - up) <= 1), name
+
+
+def test_truncating_luts_keeps_the_rest_of_the_program(lowered):
+    """The GRU cell rewritten: one ADD and one constant more per int16 TABLE, every other
+    operator as it was, and outputs within a few codes of the program's."""
+    tosa, _, _ = lowered
+    rewritten = u55.truncating_luts(tosa)
+    before, after = (collections.Counter(op.op for op in _ops(t)) for t in (tosa, rewritten))
+    tables = before[ts.Op.TABLE]
+    assert tables == 2 and after - before == {ts.Op.ADD: tables, ts.Op.CONST: tables}
+    rng = np.random.default_rng(3)
+    inputs = [rng.integers(-20000, 20000, (4, n)).astype(np.int16) for n in (16, 32)]
+    (want,), (got,) = (tosa_reference.run(t, inputs) for t in (tosa, rewritten))
+    assert 0 < np.max(np.abs(got.astype(int) - want)) <= 8
+
+
 def test_every_convolution_fits_the_40_bit_accumulator(lowered):
     tosa, _, _ = lowered
     convs = [op for op in _ops(tosa) if op.op == ts.Op.CONV2D]
@@ -274,3 +303,29 @@ def test_the_whole_stream_model_agrees(lowered, kind):
             assert (op_new.opa, op_new.opb) == (op_old.opa, op_old.opb)
         got = u55.compute(dataclasses.replace(op_new, activation=0), a, b)
         assert np.array_equal(got, u55.elementwise(op_old, a, b))
+
+
+def test_the_inventory_names_what_each_operation_rests_on(lowered):
+    """benchmarks/u55_forms.py's classification on the GRU cell: its convolutions int16
+    within the 40-bit accumulator (the bound the test above checks, from the same weights),
+    the rest 16-bit operations `compute` models, two of them (sigmoid, tanh) through a
+    16-bit LUT; nothing 32-bit, nothing outside the model."""
+    tosa, _, cmd_data = lowered
+    found = list(u55.inventory(cmd_data))
+    ops = u55.operations(cmd_data)
+    assert [lut for s, lut, _ in found if s == u55.MODELLED] == [op.activation >= 16 for op in ops]
+    assert sum(lut for _, lut, _ in found) == 2
+    convs = [f for s, _, f in found if s == u55.CONV16]
+    assert len(convs) == sum(1 for op in _ops(tosa) if op.op == ts.Op.CONV2D) > 0
+    assert {s for s, _, _ in found} == {u55.MODELLED, u55.CONV16}
+    assert u55.accumulator_bits(tosa) <= u55.ACCUMULATOR_BITS
+
+
+def test_the_inventory_refuses_what_the_model_does_not_compute(lowered):
+    _, _, cmd_data = lowered
+    op = next(op for op in u55.operations(cmd_data) if op.activation == 0)
+    assert u55.standing(op) == u55.MODELLED
+    assert u55.standing(dataclasses.replace(op, rounding=("DBL", "AUTO"))) == u55.NOT_MODELLED
+    assert u55.standing(dataclasses.replace(op, kind="POOL", kernel=(3, 3))) == u55.NOT_MODELLED
+    assert u55.standing(dataclasses.replace(op, bits=(32, 32, 32))) == u55.WIDE
+    assert u55.standing(dataclasses.replace(op, bits=(8, 8, 8))) == u55.INT8

@@ -60,19 +60,7 @@ def lowered(tmp_path_factory):
     return result, tosa, npz
 
 
-def _describe(op: u55.Operation) -> str:
-    """The arithmetic of `op` in one line (not where it reads or writes, nor its shape)."""
-    bits = "/".join(f"i{b}" for b in op.bits if b) if op.bits[1] else f"i{op.bits[0]}>i{op.bits[2]}"
-    text = f"{op.kind[:4]} {op.mode} {bits} ofm{op.ofm} {op.rounding[1]}"
-    if op.opa is not None:
-        text += f" {op.ifm_scale_mode} opa{op.opa} opb {op.opb}"
-    if op.ifm2 is not None:
-        text += f" ifm2 {op.ifm2}" + (" reversed" if op.operand_order == "A" else "")
-    if op.activation:
-        text += f" LUT{op.activation - 16}"
-    if op.bits[2] <= 16 and op.clip != (-32768, 32767):
-        text += f" clip{op.clip}"
-    return text
+_describe = u55.describe
 
 
 # What Vela 5.1.0 writes for the magnitude calibrated on _spectrum(0..7) (t1 = 627^2 codes of
