@@ -56,6 +56,29 @@ def test_report_keys_have_real_values(tmp_path):
     assert report["vela"]["memory_mode"] == "Shared_Sram"  # ExecuTorch's default for U55
     assert report["vela"]["dram_bytes"] == 0 and "| DRAM |" not in result.stdout
     assert report["numerics"]["inputs"] == "example inputs"
+    assert "hardware" not in report["numerics"]  # int8: nothing in question
+
+
+def test_an_int16_program_on_u55_says_what_its_figure_rests_on(tmp_path):
+    """The report counts Vela's NPU operations by what the TOSA reference model's figure
+    rests on for them (runtime/ethos_u55_int16.py): the GRU's convolutions int16 within the
+    40-bit accumulator, each int16 TABLE of the .tosa a 16-bit LUT (one of them a
+    convolution's activation), RESCALEs regor cannot fold as 32-bit operations, nothing
+    unmodelled."""
+    _, report = _lower_u55(tmp_path, "tiny_gru", "--quantization=int16", "--tosa_output=t.tosa")
+    hardware = report["numerics"]["hardware"]
+    counts = tosa_flatbuffer.op_counts(tmp_path / "t.tosa")
+    operations = hardware["operations"]
+    assert operations["int16 convolution"] == counts["CONV2D"] > 0
+    assert operations["16-bit"] > 0 and operations["not modelled"] == operations["int8"] == 0
+    assert hardware["lut_operations"] == counts["TABLE"] > 0
+    assert operations["32-bit"] > 0
+    assert hardware["accumulator_fits"] and 20 < hardware["accumulator_bits"] <= 40
+    assert hardware["assumes"] == [
+        "the LUT rounds its interpolation half up",
+        "a 32-bit MUL keeps its whole product; a 32-bit OFM is not clipped",
+    ]
+    assert not any("not modelled" in w for w in report["warnings"])
 
 
 def test_user_choices_weight_bits_and_memory_mode(tmp_path):

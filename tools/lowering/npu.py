@@ -90,6 +90,33 @@ def _refuse_float64(source) -> None:
             )
 
 
+def _hardware_numerics(result, report: dict[str, Any]) -> None:
+    """Ethos-U55/U65 programs with int16 operations: what the TOSA reference model's figure
+    rests on for them (runtime/ethos_u55_int16.py, docs/precision.md "What the Ethos-U55
+    int16 figures rest on"), and a warning where it is not established."""
+    if not report["target"].startswith(("ethos-u55", "ethos-u65")):
+        return
+    from recurrent_lowering.runtime import ethos_u55_int16
+
+    npz_files = sorted(result.vela.output_dir.rglob("*_vela.npz"))
+    hardware = ethos_u55_int16.rests_on(npz_files, result.tosa_files)
+    if hardware is None:
+        return
+    report["numerics"]["hardware"] = hardware
+    unknown = hardware["operations"][ethos_u55_int16.NOT_MODELLED]
+    if unknown:
+        report["warnings"].append(
+            f"{unknown} int16 NPU operations of forms whose Ethos-U numerics are not "
+            "modelled: the SQNR is the TOSA reference model's, not shown to be the NPU's"
+        )
+    if not hardware["accumulator_fits"]:
+        report["warnings"].append(
+            f"an int16 convolution needs {hardware['accumulator_bits']} accumulator bits for "
+            f"its worst-case input; the NPU has {ethos_u55_int16.ACCUMULATOR_BITS}: the "
+            "SQNR assumes inputs that do not reach it"
+        )
+
+
 def _vela_figures(result, report: dict[str, Any]) -> None:
     summary = result.vela.summary
     report["vela"].update(
@@ -286,6 +313,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
             shutil.copyfile(result.tosa_files[0], staging.path_for(options.tosa_output))
         if result.vela is not None:
             _vela_figures(result, report)
+            _hardware_numerics(result, report)
             if options.vela_summary is not None:
                 csvs = sorted(result.vela.output_dir.rglob("*summary*.csv"))
                 shutil.copyfile(csvs[0], staging.path_for(options.vela_summary))
