@@ -260,8 +260,10 @@ class Operation:
     @property
     def signature(self) -> tuple:
         """What fixes the arithmetic (not where it reads and writes, nor its shape)."""
-        fields = dataclasses.astuple(self)
-        return fields[:2] + fields[3:]
+        return tuple(getattr(self, name) for name in _ARITHMETIC)
+
+
+_ARITHMETIC = [f.name for f in dataclasses.fields(Operation) if f.name != "shape"]
 
 
 def _signed(value: int, bits: int) -> int:
