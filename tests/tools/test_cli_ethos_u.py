@@ -65,7 +65,9 @@ def test_an_int16_program_on_u55_says_what_its_figure_rests_on(tmp_path):
     40-bit accumulator, each int16 TABLE of the .tosa a 16-bit LUT (one of them a
     convolution's activation), RESCALEs regor cannot fold as 32-bit operations, nothing
     unmodelled."""
-    _, report = _lower_u55(tmp_path, "tiny_gru", "--quantization=int16", "--tosa_output=t.tosa")
+    result, report = _lower_u55(
+        tmp_path, "tiny_gru", "--quantization=int16", "--tosa_output=t.tosa"
+    )
     hardware = report["numerics"]["hardware"]
     counts = tosa_flatbuffer.op_counts(tmp_path / "t.tosa")
     operations = hardware["operations"]
@@ -79,6 +81,7 @@ def test_an_int16_program_on_u55_says_what_its_figure_rests_on(tmp_path):
         "a 32-bit MUL keeps its whole product; a 32-bit OFM is not clipped",
     ]
     assert not any("not modelled" in w for w in report["warnings"])
+    assert "| on the NPU | this SQNR if the LUT rounds its interpolation half up; " in result.stdout
 
 
 def test_user_choices_weight_bits_and_memory_mode(tmp_path):

@@ -117,6 +117,12 @@ def summary(report: dict[str, Any]) -> str:
             f"{_fmt(num['max_abs_err'])} |",
             f"| SQNR vs fp32 | {_fmt(num['sqnr_db'], ' dB')}{_per_output(num)} |",
         ]
+    hardware = num.get("hardware")
+    if hardware and hardware["assumes"]:
+        lines.append(
+            "| on the NPU | this SQNR if " + "; ".join(hardware["assumes"]) + " (no public "
+            "Arm document states it; docs/precision.md) |"
+        )
     lines.append(f"| total time | {_fmt(report['time']['total_s'], ' s')} |")
     for reason, count in sorted(ops["cpu_reasons"].items()):
         lines.append(f"- on CPU ({count}): {reason}")
