@@ -375,9 +375,17 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def lower(
-    path: str, target: str, calibration: str, work: str, quantization: str, evaluation=None
+    path: str,
+    target: str,
+    calibration: str,
+    work: str,
+    quantization: str,
+    evaluation=None,
+    extra: tuple = (),
+    timeout_s: float = TIMEOUT_S,
 ) -> dict:
-    """Runs the CLI; the record: wall time, and the report or the error."""
+    """Runs the CLI (`extra`: more of its flags); the record: wall time, and the report or
+    the error (or a timeout after `timeout_s`)."""
     stem = os.path.join(work, f"{os.path.basename(path)}.{target}")
     args = [
         path,
@@ -388,6 +396,7 @@ def lower(
         f"--output={stem}.pte",
     ]
     args += [f"--evaluation={evaluation}"] if evaluation else []
+    args += list(extra)
     start = time.monotonic()
     process = subprocess.Popen(  # its own process group: a timeout ends its children too
         [sys.executable, "-m", "recurrent_lowering.tools.lower", *args],
@@ -399,7 +408,7 @@ def lower(
         start_new_session=True,
     )
     try:
-        _, stderr = process.communicate(timeout=TIMEOUT_S)
+        _, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(process)
         process.communicate()
@@ -532,6 +541,39 @@ def stages(records: list) -> list:
     return lines
 
 
+def speech_signals(cache: str) -> tuple:
+    """(calibration, evaluation) audio: espeak-ng's sentences, alsa-utils' recordings held
+    out, both over alsa-utils' noise (speech.py)."""
+    from recurrent_lowering.benchmarks import speech
+
+    bed = speech.noise(cache)
+    return (
+        speech.stream(speech.synthesized(cache), bed, seed=0),
+        speech.stream(speech.recordings(cache), bed, seed=1),
+    )
+
+
+def files(model, work: str, cache: str, signals, frames: int, evaluation: int = 0):
+    """The model's .onnx and its calibration (and, with `signals`, held-out evaluation)
+    .npz in `work`: (onnx path, calibration path, evaluation path or None, the calibration
+    feeds). `signals`: (calibration, evaluation) audio, or None for the synthetic sample."""
+    path = os.path.join(work, f"{model.name}.onnx")
+    with open(path, "wb") as f:
+        f.write(fetch(model, cache))
+    proto = onnx.load(path, load_external_data=False)
+    calibration = os.path.join(work, f"{model.name}.npz")
+    held_out_path = None
+    if signals is None:
+        feeds = model.inputs(proto, frames)
+    else:
+        feeds = model.samples(proto, signals[0], model.calibration, frames)
+        held_out_path = os.path.join(work, f"{model.name}.evaluation.npz")
+        held_out = model.samples(proto, signals[1], evaluation or model.evaluation, frames)
+        np.savez(held_out_path, **held_out)
+    np.savez(calibration, **feeds)
+    return path, calibration, held_out_path, feeds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="Markdown table; reports go to OUT.jsonl")
@@ -591,32 +633,12 @@ def main() -> None:
         with open(jsonl, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
-    signals = None
-    if args.audio == "real":
-        from recurrent_lowering.benchmarks import speech
-
-        bed = speech.noise(args.cache)
-        signals = (
-            speech.stream(speech.synthesized(args.cache), bed, seed=0),
-            speech.stream(speech.recordings(args.cache), bed, seed=1),
-        )
+    signals = speech_signals(args.cache) if args.audio == "real" else None
     with tempfile.TemporaryDirectory() as work:
         for model in (m for m in MODELS if m.name in chosen):
-            path = os.path.join(work, f"{model.name}.onnx")
-            with open(path, "wb") as f:
-                f.write(fetch(model, args.cache))
-            proto = onnx.load(path, load_external_data=False)
-            calibration = os.path.join(work, f"{model.name}.npz")
-            evaluation = None
-            if signals is None:
-                feeds = model.inputs(proto, args.frames)
-            else:
-                feeds = model.samples(proto, signals[0], model.calibration, args.frames)
-                evaluation = os.path.join(work, f"{model.name}.evaluation.npz")
-                limit = args.evaluation or model.evaluation
-                held_out = model.samples(proto, signals[1], limit, args.frames)
-                np.savez(evaluation, **held_out)
-            np.savez(calibration, **feeds)
+            path, calibration, evaluation, feeds = files(
+                model, work, args.cache, signals, args.frames, args.evaluation
+            )
             for target in args.targets.split(","):
                 record = {
                     "model": model.name,

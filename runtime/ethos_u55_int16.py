@@ -629,7 +629,7 @@ def accumulator_bits(tosa) -> int | None:
     wanted = []
     for o in range(block.OperatorsLength()):
         op = block.Operators(o)
-        name = tf._OP_NAMES.get(op.Op())
+        name = tf.op_name(op.Op())
         if name in _CONVOLUTIONS:
             wanted.append((name, [op.Inputs(k).decode() for k in range(3)]))
     if not wanted:
@@ -640,7 +640,7 @@ def accumulator_bits(tosa) -> int | None:
         name = t.Name().decode()
         if name in names:
             shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-            dtype = tf._DTYPE_NAMES.get(t.Type(), str(t.Type()))
+            dtype = tf.dtype_name(t.Type())
             types[name] = (dtype, shape, t)
     worst = None
     for kind, (x, w, b) in wanted:

@@ -36,6 +36,16 @@ NUMPY_DTYPES = {  # TOSA element type name -> numpy dtype
 CONSTANT_OPS = frozenset({"CONST", "CONST_SHAPE"})
 
 
+def op_name(code: int) -> str:
+    """The name of a TOSA operator code (e.g. "CONV2D")."""
+    return _OP_NAMES.get(code, f"OP_{code}")
+
+
+def dtype_name(code: int) -> str:
+    """The name of a TOSA element type code (e.g. "INT16")."""
+    return _DTYPE_NAMES.get(code, str(code))
+
+
 @dataclasses.dataclass(frozen=True)
 class TensorInfo:
     """A graph input or output: name, shape and TOSA element type (e.g. "INT8", "FP32")."""
