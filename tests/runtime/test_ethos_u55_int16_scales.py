@@ -1,9 +1,10 @@
 """The forms the real models' int16 programs add on Ethos-U55 (docs/results/u55_forms.md)
 beyond the GRU's: a 16-bit MUL whose output scale is no power of two, operands broadcast
-over rows or over everything but channels, and an ADD of values at unequal scales (regor's
-RewriteRescale: each operand cast to int32 and multiplied by its RESCALE's multiplier).
-What Vela 5.1.0 writes for them, as runtime/ethos_u55_int16.py runs it, equals the TOSA
-reference model code for code."""
+over rows or over everything but channels, an ADD of values at unequal scales (regor's
+RewriteRescale: each operand cast to int32 and multiplied by its RESCALE's multiplier),
+and the int8 <-> int16 requantizations where int16_recurrent's regions meet. What Vela
+5.1.0 writes for them, as runtime/ethos_u55_int16.py runs it, equals the TOSA reference
+model code for code."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import collections
 import numpy as np
 import pytest
 import torch
+import tosa_serializer as ts
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.runtime import ethos_u55_int16 as u55
-from recurrent_lowering.runtime import tosa_reference
+from recurrent_lowering.runtime import tosa_reference, vela
+from recurrent_lowering.tests.runtime.tosa_graphs import rescale
 
 
 class _Scales(torch.nn.Module):
@@ -89,3 +92,38 @@ def test_the_program_equals_tosa_on_every_input(lowered):
             differ += int(np.sum(g.reshape(w.shape) != w))
             total += w.size
     assert total == 22 * (3 * 256 + 256) and differ == 0, (differ, total)
+
+
+# crnn's boundaries under the default (int16_recurrent): its int8 convolutions' output into
+# the GRU's int16, and the GRU's int16 output back to int8, as ExecuTorch writes them.
+_BOUNDARIES = {
+    "int8 -> int16": ((ts.DType.INT8, ts.DType.INT16), 1800410496, 26, (-128, 0)),
+    "int16 -> int8": ((ts.DType.INT16, ts.DType.INT8), 1774095015, 35, (0, -5)),
+}
+
+
+@pytest.mark.parametrize("boundary", sorted(_BOUNDARIES))
+def test_a_boundary_requantization_equals_tosa_on_every_input(boundary, tmp_path):
+    """The RESCALE alone, compiled by Vela: one 1x1 pool with the rescale as its OFM scale
+    and zero points, which the model computes equal to TOSA's on every input code."""
+    dtypes, multiplier, shift, zero_points = _BOUNDARIES[boundary]
+    n = 256 if dtypes[0] == ts.DType.INT8 else 65536
+    graph = ts.TosaSerializer("")
+    block = graph.currRegion.currBasicBlock
+    block.addTensor("x", [1, 1, n // 256, 256], dtypes[0])
+    block.addInput("x")
+    rescale(block, "x", "y", [1, 1, n // 256, 256], dtypes, multiplier, shift, zero_points)
+    block.addOutput("y")
+    tosa = bytes(graph.serialize())
+    vela.run_vela(tosa, "ethos-u55-128", output_dir=tmp_path)
+    npz = np.load(tmp_path / "out_vela.npz")
+    (op,) = u55.operations(bytes(npz["cmd_data"].item()))
+    assert op.kind == "POOL" and op.ofm == (multiplier, shift), op
+    assert (op.zero_points[0], op.zero_points[2]) == zero_points
+    low = -128 if n == 256 else -32768
+    x = np.arange(low, low + n).reshape(1, 1, n // 256, 256)
+    x = x.astype(np.int8 if n == 256 else np.int16)
+    (want,) = tosa_reference.run(tosa, [x])
+    (got,) = u55.run(npz, [x])
+    assert np.array_equal(got.reshape(want.shape), want)
+    assert np.ptp(want.astype(np.int64)) > 100  # codes move through the range

@@ -16,13 +16,13 @@ def const(block, name, shape, dtype, values):
     block.addOperator(ts.Op.CONST, [], [name], attribute("ConstAttribute"))
 
 
-def rescale(block, x, y, shape, dtypes, multiplier, shift):
-    """y = RESCALE(x) by `multiplier` and `shift`, single round, zero points 0; `dtypes` are
-    x's and y's."""
+def rescale(block, x, y, shape, dtypes, multiplier, shift, zero_points=(0, 0)):
+    """y = RESCALE(x) by `multiplier` and `shift`, single round, with `zero_points` (x's,
+    y's); `dtypes` are x's and y's."""
     const(block, y + "_m", [1], ts.DType.INT32, [multiplier])
     const(block, y + "_s", [1], ts.DType.INT8, [shift])
-    const(block, y + "_zi", [1], dtypes[0], [0])
-    const(block, y + "_zo", [1], dtypes[1], [0])
+    const(block, y + "_zi", [1], dtypes[0], [zero_points[0]])
+    const(block, y + "_zo", [1], dtypes[1], [zero_points[1]])
     block.addTensor(y, shape, dtypes[1])
     single = attribute("RescaleAttribute", True, ts.RoundingMode.SINGLE_ROUND, False, False, False)
     block.addOperator(ts.Op.RESCALE, [x, y + "_m", y + "_s", y + "_zi", y + "_zo"], [y], single)
