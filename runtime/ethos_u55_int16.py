@@ -594,9 +594,11 @@ _CONV_NAMES = {0x002: "CONV", 0x003: "DEPTHWISE"}
 
 
 def inventory(cmd_data: bytes):
-    """(standing, LUT, form) of each NPU operation of the command stream, in order:
-    ELEMENTWISE and POOL by `standing` and `describe`, LUT True where a 16-bit LUT is its
-    activation; a convolution as INT8 or CONV16 by its IFM."""
+    """(standing, LUT, form, int16) of each NPU operation of the command stream, in order:
+    ELEMENTWISE and POOL by `standing` and `describe`, a convolution as INT8 or CONV16 by its
+    IFM; LUT True where a 16-bit LUT is its activation; int16 True where an operand or the
+    result is 16-bit (a program without any is an int8 one, whose forms are not in question
+    here)."""
     known: dict = {}
     for op, regs in _walk(cmd_data):
         if op is None:
@@ -605,13 +607,15 @@ def inventory(cmd_data: bytes):
             ifm = regs.precision("IFM_PRECISION")[0]
             ofm = regs.precision("OFM_PRECISION", ofm=True)[0]
             kernel = (regs.param("KERNEL_HEIGHT_M1") + 1, regs.param("KERNEL_WIDTH_M1") + 1)
-            lut = regs.param("ACTIVATION") & 0x1F >= 16
+            lut = regs.param("ACTIVATION") & 0x1F >= 16 and ofm == 16
             form = f"{op} i{ifm}>i{ofm} kernel{kernel}" + (" LUT" if lut else "")
-            yield (CONV16 if ifm == 16 else INT8 if ofm == 8 else NOT_MODELLED), lut, form
+            standing_ = CONV16 if ifm == 16 else INT8 if ofm == 8 else NOT_MODELLED
+            yield standing_, lut, form, 16 in (ifm, ofm)
             continue
         if op.signature not in known:  # a loop form repeats a few forms thousands of times
             known[op.signature] = standing(op), describe(op)
-        yield known[op.signature][0], op.activation >= 16, known[op.signature][1]
+        lut = op.activation >= 16 and op.bits[2] == 16
+        yield known[op.signature][0], lut, known[op.signature][1], 16 in op.bits
 
 
 _CONVOLUTIONS = {"CONV2D": (1, 2, 3), "DEPTHWISE_CONV2D": (0, 1), "TRANSPOSE_CONV2D": (1, 2, 3)}
@@ -724,14 +728,15 @@ def rests_on(npz_files, tosa_files) -> dict | None:
     (`npz_files`, one per delegate) and the .tosa it compiled: operations per standing,
     how many carry a 16-bit LUT, the int16 convolutions' worst-case accumulator bits, and
     the behaviours the figure assumes (`assumes`). None for a program without int16."""
-    counts, luts = dict.fromkeys((INT8, CONV16, MODELLED, WIDE, NOT_MODELLED), 0), 0
+    counts, luts, int16 = dict.fromkeys((INT8, CONV16, MODELLED, WIDE, NOT_MODELLED), 0), 0, 0
     for path in npz_files:
         with np.load(path) as npz:
             cmd_data = bytes(npz["cmd_data"].item())
-        for standing, lut, _ in inventory(cmd_data):
+        for standing, lut, _, sixteen in inventory(cmd_data):
             counts[standing] += 1
             luts += lut
-    if sum(counts.values()) == counts[INT8]:
+            int16 += sixteen
+    if not int16:
         return None
     bits = [b for b in map(accumulator_bits, tosa_files) if b is not None]
     worst = max(bits) if bits else None

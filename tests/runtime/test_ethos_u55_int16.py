@@ -313,11 +313,12 @@ def test_the_inventory_names_what_each_operation_rests_on(lowered):
     tosa, _, cmd_data = lowered
     found = list(u55.inventory(cmd_data))
     ops = u55.operations(cmd_data)
-    assert [lut for s, lut, _ in found if s == u55.MODELLED] == [op.activation >= 16 for op in ops]
-    assert sum(lut for _, lut, _ in found) == 2
-    convs = [f for s, _, f in found if s == u55.CONV16]
+    assert [lut for s, lut, *_ in found if s == u55.MODELLED] == [op.activation >= 16 for op in ops]
+    assert sum(lut for _, lut, *_ in found) == 2
+    convs = [f for s, _, f, _ in found if s == u55.CONV16]
     assert len(convs) == sum(1 for op in _ops(tosa) if op.op == ts.Op.CONV2D) > 0
-    assert {s for s, _, _ in found} == {u55.MODELLED, u55.CONV16}
+    assert {s for s, *_ in found} == {u55.MODELLED, u55.CONV16}
+    assert all(sixteen for *_, sixteen in found)
     assert u55.accumulator_bits(tosa) <= u55.ACCUMULATOR_BITS
 
 

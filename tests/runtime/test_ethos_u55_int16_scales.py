@@ -63,7 +63,7 @@ def test_the_program_holds_the_forms(lowered):
     _, _, npz = lowered
     ops = u55.operations(bytes(npz["cmd_data"].item()))
     found = list(u55.inventory(bytes(npz["cmd_data"].item())))
-    assert {s for s, _, _ in found} <= {u55.MODELLED, u55.WIDE}
+    assert {s for s, *_ in found} <= {u55.MODELLED, u55.WIDE}
     muls = [op for op in ops if op.mode == "MUL" and op.bits == (16, 16, 16)]
     assert any(op.ofm[0] != 1 for op in muls), [u55.describe(op) for op in muls]
     assert {op.ifm2.split()[0] for op in ops if op.ifm2} >= {"tensor", "broadcast"}

@@ -106,8 +106,9 @@ def _hardware_numerics(result, report: dict[str, Any]) -> None:
     unknown = hardware["operations"][ethos_u55_int16.NOT_MODELLED]
     if unknown:
         report["warnings"].append(
-            f"{unknown} int16 NPU operations of forms whose Ethos-U numerics are not "
-            "modelled: the SQNR is the TOSA reference model's, not shown to be the NPU's"
+            f"{unknown} NPU operations of forms whose Ethos-U numerics are not modelled "
+            "(runtime/ethos_u55_int16.py): the SQNR is the TOSA reference model's, not shown "
+            "to be the NPU's"
         )
     if not hardware["accumulator_fits"]:
         report["warnings"].append(
