@@ -22,6 +22,10 @@ docs/precision.md, "What the Ethos-U55 int16 figures rest on"):
   non-shift output scale of a 32-bit operation): a Cast to int32 and a 32-bit MUL by the
   multiplier; CLAMPs as 1x1 pools that clip; 32-bit ADD/SUB/MUL. `run` executes a whole
   command stream of ELEMENTWISE and 1x1 POOL operations (`operations`, `compute`).
+
+`inventory` sorts every operation of a program's command stream by what the figure rests on
+for it (`rests_on`: the CLI's numerics.hardware; benchmarks/u55_forms.py), and
+`truncating_luts` rewrites a program as a LUT rounding down would compute it.
 """
 
 from __future__ import annotations
@@ -555,8 +559,8 @@ CONV16 = "int16 convolution"  # equal while the 40-bit accumulator holds (accumu
 MODELLED = "16-bit"  # ELEMENTWISE / 1x1 POOL the model computes, nothing wider than 16 bits
 WIDE = "32-bit"  # a 32-bit operand or result: rests on the whole product, an unclipped OFM
 NOT_MODELLED = "not modelled"  # what `compute` refuses
-# Any of the last three may carry a 16-bit LUT as its activation (`Operation.activation`),
-# which rests on the LUT's rounding.
+# Any operation with a 16-bit result may carry a 16-bit LUT as its activation, which rests
+# on the LUT's rounding.
 
 
 def describe(op: Operation) -> str:
@@ -588,9 +592,6 @@ def standing(op: Operation) -> str:
     except ValueError:
         return NOT_MODELLED
     return WIDE if max(bits) > 16 else MODELLED
-
-
-_CONV_NAMES = {0x002: "CONV", 0x003: "DEPTHWISE"}
 
 
 def inventory(cmd_data: bytes):
@@ -665,7 +666,7 @@ def truncating_luts(flatbuffer: bytes) -> bytes:
     subtracted between each int16 TABLE and the RESCALE (2^30, >> 37) Vela fuses with it
     (`lut`), which turns that RESCALE's half-up rounding of v / 2^7 into a floor. What the
     report's figure would be if the one LUT behaviour no public document states went the
-    other way (benchmarks/u55_forms.py, stream_attribution.py --lut_rounding down)."""
+    other way (stream_attribution.py --tosa --lut_down; docs/precision.md)."""
     import dataclasses as dc
 
     import tosa_serializer as ts
