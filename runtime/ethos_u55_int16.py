@@ -549,6 +549,20 @@ def run(npz, inputs, trace: list | None = None, model=None) -> list[np.ndarray]:
     return outputs
 
 
+def differing(npz, tosa, feeds) -> tuple[int, int]:
+    """(outputs where `run` differs from the TOSA reference model on `tosa`, outputs in all)
+    over `feeds`, each a list of int16 inputs: Vela's program as modelled against the
+    program it compiled."""
+    from . import tosa_reference
+
+    differ, total = 0, 0
+    for feed in feeds:
+        for want, got in zip(tosa_reference.run(tosa, feed), run(npz, feed)):
+            differ += int(np.sum(got.reshape(want.shape) != want))
+            total += want.size
+    return differ, total
+
+
 # --- What a program's figure rests on ------------------------------------------------------
 #
 # Each NPU operation of a command stream, classified by what the TOSA reference model's
