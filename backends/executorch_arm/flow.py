@@ -155,7 +155,12 @@ def quantize(module, example_inputs, quantizer, calibration_inputs=None, progres
     quantizer.float_samples = samples
     prepared = prepare_pt2e(graph_module, quantizer)
     shown = (progress or _Silent()).steps(samples, "calibration samples")
-    calibrate(prepared, shown, run_graph)  # loop nodes record their steps' inputs
+    compiled: dict = {}  # run_graph's, kept across the samples
+
+    def run(graph_module, *sample):  # loop nodes record their steps' inputs
+        return run_graph(graph_module, *sample, constants=compiled)
+
+    calibrate(prepared, shown, run)
     return convert_pt2e(prepared)
 
 

@@ -1,5 +1,6 @@
 """auto's simulation (precision.accuracy) runs a converted module many times, its weights
-dequantized once (loop.op.run_graph's `constants`), with the same outputs as a plain run."""
+dequantized once and the module compiled after its first run (loop.op.run_graph's
+`constants`), with the same outputs as a plain run."""
 
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ def test_weights_are_dequantized_once_and_the_outputs_do_not_change(tmp_path):
             plain = accuracy.flat(run_graph(converted, x, record=False))
             kept = accuracy.flat(run_graph(converted, x, record=False, constants=constants))
         assert len(plain) == len(kept) and all((p == k).all() for p, k in zip(plain, kept))
+    compiled = [m for key, m in constants.items() if not isinstance(key, Node)]
+    assert len(compiled) == 1  # runs after the first are the compiled module's
+    assert "dequantize_per_channel" not in compiled[0].code  # its weights folded in
+    assert "quantize_per_tensor" in compiled[0].code
     held = [n for n in constants if isinstance(n, Node) and n.op == "call_function"]
     targets = {str(n.target) for n in held}
     assert "quantized_decomposed.dequantize_per_channel.default" in targets, targets
