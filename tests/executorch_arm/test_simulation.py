@@ -5,6 +5,7 @@ dequantized once and the module compiled after its first run (loop.op.run_graph'
 from __future__ import annotations
 
 import pathlib
+import warnings
 
 import torch
 from torch.fx import Node
@@ -42,9 +43,11 @@ def test_weights_are_dequantized_once_and_the_outputs_do_not_change(tmp_path):
     converted = _converted(tmp_path, module, samples)
     constants: dict = {}
     for (x,) in samples:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             plain = accuracy.flat(run_graph(converted, x, record=False))
             kept = accuracy.flat(run_graph(converted, x, record=False, constants=constants))
+        assert not [w for w in caught if "op.py" in w.filename], [str(w.message) for w in caught]
         assert len(plain) == len(kept) and all((p == k).all() for p, k in zip(plain, kept))
     compiled = [m for key, m in constants.items() if not isinstance(key, Node)]
     assert len(compiled) == 1  # runs after the first are the compiled module's

@@ -195,9 +195,10 @@ def _compiled(module: GraphModule, constants: dict, record: bool, step_of) -> Gr
             step = step_of(n) if step_of else None
             copy.target = _loop_call(program_of(n), record, step)
         elif n.op == "call_function" and n in constants:
-            if any(u not in constants for u in n.users):
+            value = constants[n]
+            if isinstance(value, torch.Tensor) and any(u not in constants for u in n.users):
                 name = f"_folded_{len(folded)}"
-                setattr(compiled, name, constants[n])
+                compiled.register_buffer(name, value)
                 with graph.inserting_before(copy):
                     folded[copy] = graph.get_attr(name)
                 copy.replace_all_uses_with(folded[copy])
