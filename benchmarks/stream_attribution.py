@@ -22,6 +22,12 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
   --lut_down     with --tosa: the program also with its int16 TABLEs rounding down, as a
                  U55 whose LUT truncated its interpolation would compute them
                  (ethos_u55_int16.truncating_luts): what the figure rests on there
+  --steps S      float (default): loop steps simulated in float, the main graph quantized;
+                 quantized: as the lowering lowers them (loop.step.simulated), auto's
+                 prediction
+  --float_cell   also the simulation with each LSTM loop step quantized but its cell-state
+                 path (cell_path.py: c, the products and sums it enters) left float: what a
+                 wider cell state would give
   --int16_tables SPEC[;SPEC...]
                  the simulation with ExecuTorch's int16 TABLEs emulated (int16_tables.py) on
                  the ops SPEC names: all, op names (sigmoid, tanh, reciprocal, pow: a sqrt)
@@ -45,12 +51,19 @@ import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.backends.executorch_arm.exported import module_of
-from recurrent_lowering.backends.executorch_arm.loop.op import run_graph
+from recurrent_lowering.backends.executorch_arm.loop import step as loop_step
+from recurrent_lowering.backends.executorch_arm.loop.op import program_of, run_graph
 from recurrent_lowering.backends.executorch_arm.options import Options
 from recurrent_lowering.backends.executorch_arm.precision import accuracy, candidates
 from recurrent_lowering.backends.executorch_arm.quantization import quantizer as our_quantizer
 from recurrent_lowering.backends.onnx.input_sizes import input_specs
-from recurrent_lowering.benchmarks import caller_directory, int16_tables, real_models, speech
+from recurrent_lowering.benchmarks import (
+    caller_directory,
+    cell_path,
+    int16_tables,
+    real_models,
+    speech,
+)
 from recurrent_lowering.benchmarks import sqnr_attribution as sa
 from recurrent_lowering.runtime import streams
 from recurrent_lowering.runtime.metrics import sqnr_per_output
@@ -146,6 +159,8 @@ def main() -> None:
     parser.add_argument("--sqrt_table", type=int, default=0)
     parser.add_argument("--int16_tables", default="")
     parser.add_argument("--keep_recurrent_on_cpu", action="store_true", help="in float")
+    parser.add_argument("--steps", default="float", choices=("float", "quantized"))
+    parser.add_argument("--float_cell", action="store_true")
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument(
         "--cache", default=os.path.expanduser("~/.cache/recurrent_lowering/real_models")
@@ -172,8 +187,20 @@ def main() -> None:
             out["decisions_equal"] = round(float(np.mean(same)), 4)
         return out
 
-    def converted_run(gm):
-        return accuracy.outputs(accuracy.of_module(gm, converted=True), evaluation)
+    tosa_spec = None  # the loop steps' (--steps quantized), set once the quantizer is made
+
+    def converted_run(gm, step_of=None):
+        if step_of is None:
+            return accuracy.outputs(accuracy.of_module(gm, True, tosa_spec), evaluation)
+        constants: dict = {}
+
+        def run(inputs):
+            tensors = [torch.as_tensor(np.asarray(a)) for a in inputs]
+            with torch.no_grad():
+                out = run_graph(gm, *tensors, record=False, constants=constants, step_of=step_of)
+            return accuracy.flat(out)
+
+        return accuracy.outputs(run, evaluation)
 
     options = Options(
         args.target,
@@ -187,6 +214,7 @@ def main() -> None:
 
         gm = module_of(torch.export.export(flow.eval_mode(module), tuple(example)))
         quantizer = our_quantizer.create(spec, plan)
+        tosa_spec = quantizer.tosa_spec if args.steps == "quantized" else None
         quantizer.float_samples = calibrate
         prepared = prepare_pt2e(gm, quantizer)
         for sample in calibrate:
@@ -194,6 +222,17 @@ def main() -> None:
         converted = convert_pt2e(prepared, fold_quantize=False)  # weights can stay float
     results["all"] = score(converted_run(converted))
     print("all", results["all"], flush=True)
+    if args.float_cell:
+        cells: dict = {}
+
+        def float_cell(node):
+            if node not in cells:
+                quantized = loop_step.simulated(node, quantizer.tosa_spec)
+                cells[node] = cell_path.unquantized(quantized, program_of(node).num_states)
+            return cells[node]
+
+        results["float_cell"] = score(converted_run(converted, float_cell))
+        print("steps quantized, cell-state path float", results["float_cell"], flush=True)
     if args.int16_tables:
         results["int16_tables"] = {}
         for spec in args.int16_tables.split(";"):
