@@ -184,12 +184,14 @@ _COMPILED = "compiled"  # constants[(_COMPILED, record, step_of)]: run_graph's c
 def _compiled(module: GraphModule, constants: dict, record: bool, step_of) -> GraphModule:
     """`module` as a GraphModule of plain Python that computes what _Runner does, node for
     node: each loop node a call of `run` on its program, the values `constants` holds that
-    a non-constant node reads as attributes (the nodes only they read dropped)."""
+    a non-constant node reads as attributes (the nodes only they read dropped), each
+    per-tensor quantize and dequantize computed as its kernel does (_quantize)."""
     graph = torch.fx.Graph()
     copies: dict = {}
     graph.output(graph.graph_copy(module.graph, copies))
     compiled = GraphModule(module, graph)
     folded = {}
+    direct = _direct()
     for n, copy in copies.items():
         if n.op == "call_function" and n.target is OP:
             step = step_of(n) if step_of else None
@@ -202,12 +204,40 @@ def _compiled(module: GraphModule, constants: dict, record: bool, step_of) -> Gr
                 with graph.inserting_before(copy):
                     folded[copy] = graph.get_attr(name)
                 copy.replace_all_uses_with(folded[copy])
+        elif n.op == "call_function" and n.target in direct:
+            copy.target = direct[n.target]
     dropped = {copies[n] for n in constants if isinstance(n, Node) and n.op == "call_function"}
     for copy in reversed(list(graph.nodes)):
         if copy in dropped and not copy.users:
             graph.erase_node(copy)
     compiled.recompile()
     return compiled
+
+
+def _direct() -> dict:
+    """The quantize/dequantize_per_tensor ops (registered once PT2E is imported) to
+    _quantize and _dequantize."""
+    qd = torch.ops.quantized_decomposed
+    try:
+        return {
+            qd.quantize_per_tensor.default: _quantize,
+            qd.dequantize_per_tensor.default: _dequantize,
+        }
+    except AttributeError:  # nothing was quantized in this process
+        return {}
+
+
+def _quantize(x, scale, zero_point, quant_min, quant_max, dtype):
+    """quantized_decomposed.quantize_per_tensor's computation on a float32 tensor, without
+    the dispatcher's round trip to its Python kernel (most of the op's time on small
+    tensors)."""
+    rounded = torch.round(x * (1.0 / scale)) + zero_point
+    return torch.clamp(rounded, quant_min, quant_max).to(dtype)
+
+
+def _dequantize(q, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype=None):
+    """quantized_decomposed.dequantize_per_tensor's computation (see _quantize)."""
+    return (q.to(out_dtype or torch.float32) - zero_point) * scale
 
 
 def _loop_call(program: StepProgram, record: bool, step):
