@@ -241,8 +241,16 @@ def _dequantize(q, scale, zero_point, quant_min, quant_max, dtype, *, out_dtype=
 
 
 def _loop_call(program: StepProgram, record: bool, step):
+    """A loop node's call in the compiled module: its step compiled in turn (run_graph with
+    constants of its own: a quantized step dequantizes its weights at every timestep)."""
+    step = step or program.step
+    constants: dict = {}
+
+    def compiled_step(*inputs):
+        return run_graph(step, *inputs, record=False, constants=constants)
+
     def loop(*args):
-        return run(program, LoopArgs(*args), record, step)
+        return run(program, LoopArgs(*args), record, compiled_step)
 
     return loop
 
