@@ -190,17 +190,7 @@ def main() -> None:
     tosa_spec = None  # the loop steps' (--steps quantized), set once the quantizer is made
 
     def converted_run(gm, step_of=None):
-        if step_of is None:
-            return accuracy.outputs(accuracy.of_module(gm, True, tosa_spec), evaluation)
-        constants: dict = {}
-
-        def run(inputs):
-            tensors = [torch.as_tensor(np.asarray(a)) for a in inputs]
-            with torch.no_grad():
-                out = run_graph(gm, *tensors, record=False, constants=constants, step_of=step_of)
-            return accuracy.flat(out)
-
-        return accuracy.outputs(run, evaluation)
+        return accuracy.outputs(accuracy.of_module(gm, True, tosa_spec, step_of), evaluation)
 
     options = Options(
         args.target,

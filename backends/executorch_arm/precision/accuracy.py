@@ -44,13 +44,13 @@ def outputs(run: Callable, evaluation: Evaluation) -> list:
     return stacked(produced)
 
 
-def of_module(module, converted: bool = False, tosa_spec=None) -> Callable:
+def of_module(module, converted: bool = False, tosa_spec=None, step_of=None) -> Callable:
     """A float module, or a converted one (its loop nodes through their step programs), as
     `run(inputs) -> outputs`; a converted module's weights are dequantized once, and its
-    loops run the quantized step their lowering for `tosa_spec` will lower (loop.step)."""
+    loops run the quantized step their lowering for `tosa_spec` will lower (loop.step), or
+    the step `step_of(node)` gives."""
     constants: dict = {}
-    step_of = None
-    if converted and tosa_spec is not None:
+    if step_of is None and converted and tosa_spec is not None:
         from ..loop import step
 
         def step_of(node):
