@@ -44,6 +44,7 @@ from .compat import compile_specs, factory
 from .compat.histogram_observer import calibrate
 from .edge_io import io_mapping, target_name
 from .exported import eval_mode, module_of
+from .loop import prefetch
 from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
 from .loop.op import program_of, run_graph
 from .options import Options
@@ -390,11 +391,16 @@ def _lower_plan(
     with _timed(times, "export", progress, "export"):
         exported = torch.export.export(module, example_inputs)
     with _timed(times, "lower", progress, f"partition and lower to {target}"):
-        edge = to_edge_transform_and_lower(
-            exported,
-            partitioner=[partitioner],
-            compile_config=EdgeCompileConfig(_check_ir_validity=False),
-        )
+        steps = prefetch.start(exported.graph_module, spec.tosa_spec) if plan.ours else None
+        try:
+            edge = to_edge_transform_and_lower(
+                exported,
+                partitioner=[partitioner],
+                compile_config=EdgeCompileConfig(_check_ir_validity=False),
+            )
+        finally:
+            if steps is not None:
+                steps.close()
     edge_program = edge.exported_program()
     graph_module = edge_program.graph_module
     lowered = [m for name, m in graph_module.named_children() if name.startswith("lowered_module")]

@@ -182,21 +182,29 @@ def _qparams(node, target) -> Optional[QuantParams]:
     return quant_params(node)
 
 
+def boundary(node) -> tuple:
+    """(quantized, pins) of a converted graph's loop `node`, read from the q/dq around it:
+    what its lowering (loop.tosa.LoopVisitor) will ask loop.step for, from the same qparams
+    folded into the edge node."""
+
+    qd = torch.ops.quantized_decomposed
+    x_q = _qparams(node.args[0], qd.dequantize_per_tensor.default)
+    if x_q is None:
+        return False, {}
+    h_q = _qparams(node.args[1], qd.dequantize_per_tensor.default)
+    out = next((u for u in node.users if u.target == qd.quantize_per_tensor.default), None)
+    out_q = _qparams(out, qd.quantize_per_tensor.default)
+    return True, pins(program_of(node), LoopArgs.of(node), x_q, h_q, out_q)
+
+
 def simulated(node, tosa_spec):
     """The step a converted graph's loop `node` runs in simulation: the quantized step its
     lowering will lower (same calibration, same pins, read from the q/dq around the node),
     cached on the program; the float step when the loop is not quantized. (A float step
     there made NSNet2's int8 simulation on ethos-u85-256 32.4 dB where TOSA measures 23.6.)"""
-
-    qd = torch.ops.quantized_decomposed
-    program, loop = program_of(node), LoopArgs.of(node)
-    x_q = _qparams(node.args[0], qd.dequantize_per_tensor.default)
-    if x_q is None:
-        return program.step
-    h_q = _qparams(node.args[1], qd.dequantize_per_tensor.default)
-    out = next((u for u in node.users if u.target == qd.quantize_per_tensor.default), None)
-    chosen = pins(program, loop, x_q, h_q, _qparams(out, qd.quantize_per_tensor.default))
-    return quantized_step(program, tosa_spec, chosen)
+    program = program_of(node)
+    quantized, chosen = boundary(node)
+    return quantized_step(program, tosa_spec, chosen) if quantized else program.step
 
 
 def quantized_step(program: StepProgram, tosa_spec, pins: dict):
@@ -211,11 +219,19 @@ def quantized_step(program: StepProgram, tosa_spec, pins: dict):
     return program.templates[key]
 
 
+def template_key(tosa_spec, quantized: bool, pins: Optional[dict]) -> tuple:
+    """The key of lower(program, tosa_spec, quantized, pins) in program.templates."""
+    return (str(tosa_spec), quantized, tuple(sorted((pins or {}).items())))
+
+
 def template(
     program: StepProgram, tosa_spec, quantized: bool, pins: Optional[dict] = None
 ) -> StepTemplate:
-    """lower(), cached on the program per (spec, quantized, pins)."""
-    key = (str(tosa_spec), quantized, tuple(sorted((pins or {}).items())))
-    if key not in program.templates:
-        program.templates[key] = lower(program, tosa_spec, quantized, pins)
+    """lower(), cached on the program per template_key. An entry may be a promise of one
+    being lowered in another process (loop.prefetch): its result, else lowered here."""
+    key = template_key(tosa_spec, quantized, pins)
+    found = program.templates.get(key)
+    if found is not None and not isinstance(found, StepTemplate):
+        found = found.result()  # None: the other process failed; lowered here, as ever
+    program.templates[key] = found or lower(program, tosa_spec, quantized, pins)
     return program.templates[key]

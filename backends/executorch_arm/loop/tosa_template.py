@@ -48,6 +48,7 @@ class TosaTemplate:
     """The main block of a TOSA flatbuffer, ready to be instantiated into another graph."""
 
     def __init__(self, flatbuffer: bytes):
+        self.flatbuffer = flatbuffer
         graph = tosa_copy.load(flatbuffer)
         block = graph.regions[0].basicBlocks[0]
         self._graph = graph  # keeps the block's objects alive
@@ -77,6 +78,9 @@ class TosaTemplate:
                 chain = self._tail_of(source)
                 if chain:
                     self._table_tails[i] = chain
+
+    def __reduce__(self):  # pickled as its bytes (the serializer's objects are not)
+        return (TosaTemplate, (self.flatbuffer,))
 
     def _spec(self, name: str) -> TensorSpec:
         t = self._tensors[name]
