@@ -12,78 +12,32 @@ the step is lowered in this process. Either way the template is the same bytes, 
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import sys
-import time
 from typing import Optional
 
-import torch
-
+from ..forked import Forked, cores
 from . import step as loop_step
 from .op import OP, program_of
-
-_DEADLINE_S = 600.0  # a child this late is stuck (a lock held at fork): lower here instead
-
-
-class _Child:
-    """The forked process and the templates it has sent so far, by job index."""
-
-    def __init__(self, process, conn):
-        self.process, self.conn = process, conn
-        self.results: dict = {}
-        self.started = time.monotonic()
-
-    def result(self, index: int):
-        while index not in self.results and self.conn is not None:
-            if self.conn.poll(1.0):
-                try:
-                    k, template = self.conn.recv()
-                except (EOFError, OSError):
-                    self.close()
-                    break
-                self.results[k] = template
-            elif not self.process.is_alive() or time.monotonic() - self.started > _DEADLINE_S:
-                self.close()
-        return self.results.get(index)
-
-    def close(self) -> None:
-        """Stop the child (it may still be lowering steps nobody asked for)."""
-        if self.conn is None:
-            return
-        if self.process.is_alive():
-            self.process.terminate()
-        self.process.join()
-        self.conn.close()
-        self.conn = None
 
 
 class _Promise:
     """program.templates' entry for a step the child is lowering (loop.step.template)."""
 
-    def __init__(self, child: _Child, index: int):
+    def __init__(self, child: Forked, index: int):
         self.child, self.index = child, index
 
     def result(self):
         return self.child.result(self.index)
 
 
-def _lower_all(jobs: list, conn) -> None:
-    torch.set_num_threads(1)
-    for i, (program, tosa_spec, quantized, pins) in enumerate(jobs):
-        try:
-            template = loop_step.lower(program, tosa_spec, quantized, pins)
-        except Exception:  # the parent lowers it again and reports the error properly
-            template = None
-        conn.send((i, template))
-    conn.close()
+def _lower(job):
+    return loop_step.lower(*job)
 
 
-def start(graph_module, tosa_spec) -> Optional[_Child]:
+def start(graph_module, tosa_spec) -> Optional[Forked]:
     """Fork a child lowering the steps of `graph_module`'s loop nodes (a converted module,
     as lowering takes it) for `tosa_spec`, unless already lowered; None when there is nothing
     to lower or no second core. close() the result when the lowering is done."""
-    if len(os.sched_getaffinity(0)) < 2 or not hasattr(graph_module, "graph"):
+    if cores() < 2 or not hasattr(graph_module, "graph"):
         return None
     jobs, keys = [], []
     for node in graph_module.graph.find_nodes(op="call_function", target=OP):
@@ -96,14 +50,7 @@ def start(graph_module, tosa_spec) -> Optional[_Child]:
             keys.append(key)
     if not jobs:
         return None
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    sys.stdout.flush()  # else the child flushes a copy of what is buffered
-    sys.stderr.flush()
-    process = context.Process(target=_lower_all, args=(jobs, send), daemon=True)
-    process.start()
-    send.close()
-    child = _Child(process, receive)
+    child = Forked(_lower, jobs)
     for i, ((program, *_), key) in enumerate(zip(jobs, keys)):
         program.templates[key] = _Promise(child, i)
     return child

@@ -1,6 +1,6 @@
-"""loop.prefetch: a forked child lowers the loop steps while the main graph lowers; the
-program is the same bytes as when this process lowers them, and a child that dies costs
-only the time (the step is lowered here)."""
+"""Work in a forked child (forked.py): loop.prefetch's child lowers the loop steps while the
+main graph lowers, the program the same bytes as when this process lowers them, and a
+child that dies costs only the time (the step is lowered here)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_the_child_lowers_the_step_and_the_program_is_the_same(tmp_path, monkeyp
 
 def test_a_child_that_dies_leaves_the_step_to_this_process(tmp_path, monkeypatch):
     here = _lower(tmp_path, "here")
-    monkeypatch.setattr(prefetch, "_lower_all", lambda jobs, conn: os._exit(3))
+    monkeypatch.setattr(prefetch, "_lower", lambda job: os._exit(3))
     children = _spy(monkeypatch)
     died = _lower(tmp_path, "died")
     (child,) = children

@@ -1,0 +1,80 @@
+"""A function run over jobs in a forked child while this process does other work.
+
+The lowering runs torch on one thread (threads.py), so on this 2-core machine a second
+process is the second core. Forked, the child has everything this process has (the loop
+step programs, their calibration and quantized steps) without pickling any of it; only
+each job's result comes back, pickled. A job the child could not do (it raised, died or hung)
+has no result: the caller does it here, so a result is the same whoever computed it and an
+error is raised where the caller expects it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+from typing import Callable, Sequence
+
+import torch
+
+_DEADLINE_S = 900.0  # a child this late is stuck (a lock held at fork): do the rest here
+_in_child = False
+
+
+def cores() -> int:
+    """The cores this process may use; 1 in a child (which forks no further)."""
+    return 1 if _in_child else len(os.sched_getaffinity(0))
+
+
+def _serve(fn: Callable, jobs: Sequence, conn) -> None:
+    global _in_child
+    _in_child = True
+    torch.set_num_threads(1)
+    for i, job in enumerate(jobs):
+        try:
+            result = fn(job)
+        except Exception:  # the parent does the job again and raises it properly
+            result = None
+        conn.send((i, result))
+    conn.close()
+
+
+class Forked:
+    """`fn(job)` for each of `jobs`, in order, in a forked child started at once;
+    `result(i)` waits for job i's (None when the child did not do it). close() when done."""
+
+    def __init__(self, fn: Callable, jobs: Sequence):
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+        sys.stdout.flush()  # else the child flushes a copy of what is buffered
+        sys.stderr.flush()
+        self.process = context.Process(target=_serve, args=(fn, jobs, send), daemon=True)
+        self.process.start()
+        send.close()
+        self.conn = receive
+        self.results: dict = {}
+        self.started = time.monotonic()
+
+    def result(self, i: int):
+        while i not in self.results and self.conn is not None:
+            if self.conn.poll(1.0):
+                try:
+                    k, value = self.conn.recv()
+                except (EOFError, OSError):
+                    self.close()
+                    break
+                self.results[k] = value
+            elif not self.process.is_alive() or time.monotonic() - self.started > _DEADLINE_S:
+                self.close()
+        return self.results.get(i)
+
+    def close(self) -> None:
+        """Stop the child (it may still be doing jobs nobody asks for) and reap it."""
+        if self.conn is None:
+            return
+        if self.process.is_alive():
+            self.process.terminate()
+        self.process.join()
+        self.conn.close()
+        self.conn = None
