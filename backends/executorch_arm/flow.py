@@ -237,6 +237,7 @@ def _converted(module, example_inputs, calibration_inputs):
             converted = quantize(
                 eval_mode(module), tuple(example_inputs), quantizer, calibration_inputs
             )
+            prefetch.start(converted, spec.tosa_spec)  # in case this plan is the one lowered
         return converted, quantizer
 
     return convert
@@ -391,7 +392,8 @@ def _lower_plan(
     with _timed(times, "export", progress, "export"):
         exported = torch.export.export(module, example_inputs)
     with _timed(times, "lower", progress, f"partition and lower to {target}"):
-        steps = prefetch.start(exported.graph_module, spec.tosa_spec) if plan.ours else None
+        if plan.ours:
+            prefetch.start(exported.graph_module, spec.tosa_spec)
         try:
             edge = to_edge_transform_and_lower(
                 exported,
@@ -399,8 +401,7 @@ def _lower_plan(
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
             )
         finally:
-            if steps is not None:
-                steps.close()
+            prefetch.stop()
     edge_program = edge.exported_program()
     graph_module = edge_program.graph_module
     lowered = [m for name, m in graph_module.named_children() if name.startswith("lowered_module")]

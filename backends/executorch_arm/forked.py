@@ -27,29 +27,56 @@ def cores() -> int:
     return 1 if _in_child else len(os.sched_getaffinity(0))
 
 
-def _serve(fn: Callable, jobs: Sequence, conn) -> None:
+class _Unclaimed:
+    """The jobs [front, back) nobody has started, shared with the child: it takes from the
+    front, this process from the back while it waits."""
+
+    def __init__(self, context, n: int):
+        self.bounds = context.Array("i", [0, n])
+
+    def take(self, front: bool):
+        with self.bounds.get_lock():
+            first, end = self.bounds[0], self.bounds[1]
+            if first >= end:
+                return None
+            if front:
+                self.bounds[0] = first + 1
+                return first
+            self.bounds[1] = end - 1
+            return end - 1
+
+
+def _attempt(fn: Callable, job):
+    try:
+        return fn(job)
+    except Exception:  # the caller does the job again and raises it where it expects it
+        return None
+
+
+def _serve(fn: Callable, jobs: Sequence, unclaimed: _Unclaimed, conn) -> None:
     global _in_child
     _in_child = True
     torch.set_num_threads(1)
-    for i, job in enumerate(jobs):
-        try:
-            result = fn(job)
-        except Exception:  # the parent does the job again and raises it properly
-            result = None
-        conn.send((i, result))
+    while (i := unclaimed.take(front=True)) is not None:
+        conn.send((i, _attempt(fn, jobs[i])))
     conn.close()
 
 
 class Forked:
     """`fn(job)` for each of `jobs`, in order, in a forked child started at once;
-    `result(i)` waits for job i's (None when the child did not do it). close() when done."""
+    `result(i)` waits for job i's (None when nobody could do it), doing the child's last
+    unstarted jobs here meanwhile. close() when done."""
 
     def __init__(self, fn: Callable, jobs: Sequence):
         context = multiprocessing.get_context("fork")
+        self.fn, self.jobs = fn, list(jobs)
+        self.unclaimed = _Unclaimed(context, len(self.jobs))
         receive, send = context.Pipe(duplex=False)
         sys.stdout.flush()  # else the child flushes a copy of what is buffered
         sys.stderr.flush()
-        self.process = context.Process(target=_serve, args=(fn, jobs, send), daemon=True)
+        self.process = context.Process(
+            target=_serve, args=(fn, self.jobs, self.unclaimed, send), daemon=True
+        )
         self.process.start()
         send.close()
         self.conn = receive
@@ -58,6 +85,11 @@ class Forked:
 
     def result(self, i: int):
         while i not in self.results and self.conn is not None:
+            if not self.conn.poll(0):
+                j = self.unclaimed.take(front=False)
+                if j is not None:  # the child has not started it: done here meanwhile
+                    self.results[j] = _attempt(self.fn, self.jobs[j])
+                    continue
             if self.conn.poll(1.0):
                 try:
                     k, value = self.conn.recv()

@@ -5,15 +5,37 @@ child that dies costs only the time (the step is lowered here)."""
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
-from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm import flow, forked
 from recurrent_lowering.backends.executorch_arm.loop import prefetch
 from recurrent_lowering.tests.executorch_arm.sequence_output import SequenceOutput
 
 
-def _lower(tmp_path, name):
+def test_both_processes_do_the_jobs_and_one_the_child_failed_is_left_to_the_caller():
+    parent = os.getpid()
+
+    def job(x):
+        if x == 1 and os.getpid() != parent:
+            raise ValueError("the child fails job 1")
+        time.sleep(0.3)
+        return x * x, os.getpid() == parent
+
+    child = forked.Forked(job, range(10))
+    try:
+        got = [child.result(i) for i in range(10)]
+    finally:
+        child.close()
+    assert got[1] is None  # the child's failure: the caller does it again
+    done = [g for i, g in enumerate(got) if i != 1]
+    assert [g[0] for g in done] == [x * x for x in range(10) if x != 1]
+    here = [g[1] for g in done]
+    assert any(here) and not all(here)  # the parent took the last jobs while it waited
+
+
+def _lower(tmp_path, name, quantization="int8"):
     torch.manual_seed(0)
     model = SequenceOutput(torch.nn.GRU(8, 16, batch_first=True)).eval()
     calibration = [(torch.randn(1, 16, 8),) for _ in range(2)]
@@ -23,34 +45,35 @@ def _lower(tmp_path, name):
         "ethos-u85-256",
         tmp_path / name,
         calibration_inputs=calibration,
-        quantization="int8",
+        quantization=quantization,
     )
 
 
 def _spy(monkeypatch) -> list:
     children: list = []
-    start = prefetch.start
 
-    def spied(*args):
-        child = start(*args)
-        children.append(child)
-        return child
+    class Spied(forked.Forked):
+        def __init__(self, *args):
+            super().__init__(*args)
+            children.append(self)
 
-    monkeypatch.setattr(prefetch, "start", spied)
+    monkeypatch.setattr(prefetch, "Forked", Spied)
     return children
 
 
 def test_the_child_lowers_the_step_and_the_program_is_the_same(tmp_path, monkeypatch):
+    """auto: a child per candidate converted, its steps lowered while the candidate is
+    simulated, the chosen one's templates taken at the lowering."""
     with monkeypatch.context() as m:
         m.setattr(prefetch, "start", lambda *args: None)
-        here = _lower(tmp_path, "here")
+        here = _lower(tmp_path, "here", "auto")
     children = _spy(monkeypatch)
-    forked = _lower(tmp_path, "forked")
-    assert len(forked.loop_programs) == 1
-    (child,) = children
-    assert child is not None and child.conn is None  # closed after the lowering
-    assert list(child.results) == [0] and child.results[0] is not None  # the child's step
-    assert forked.pte == here.pte
+    lowered = _lower(tmp_path, "forked", "auto")
+    assert len(lowered.loop_programs) == 1
+    assert children and all(child.conn is None for child in children)  # all stopped
+    received = [r for child in children for r in child.results.values()]
+    assert received and all(r is not None for r in received)
+    assert lowered.pte == here.pte
 
 
 def test_a_child_that_dies_leaves_the_step_to_this_process(tmp_path, monkeypatch):
@@ -59,5 +82,5 @@ def test_a_child_that_dies_leaves_the_step_to_this_process(tmp_path, monkeypatch
     children = _spy(monkeypatch)
     died = _lower(tmp_path, "died")
     (child,) = children
-    assert child.results == {} and child.process.exitcode == 3
+    assert child.process.exitcode == 3
     assert died.pte == here.pte

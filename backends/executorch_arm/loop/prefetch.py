@@ -1,18 +1,17 @@
-"""Lower a program's loop steps in a second process while this one lowers the rest.
+"""Lower a program's loop steps in a second process while this one does the rest.
 
 Each loop step goes through ExecuTorch's whole Arm flow (5-10 s for a ~50-node step on this
-2-core machine), and the main graph's lowering reaches the loop's TOSA visitor only after
-its own decompositions and passes. A child forked just before the main lowering lowers the
-steps meanwhile, on the other core, and sends back each step's template (its TOSA bytes and
-io mapping). The visitor asks loop.step.template as ever: a promise left there by `start`
-waits for the child's result; if the child failed, or its key was not the one asked for,
-the step is lowered in this process. Either way the template is the same bytes, so the
-.pte is too.
+2-core machine). Their keys (loop.step.boundary) are known as soon as a plan is converted,
+so a child forked then (flow's convert, for each of auto's candidates, and again before
+the main lowering for steps not yet asked for) lowers them while this process simulates
+the candidate, exports and lowers the main graph, and sends back each step's template
+(its TOSA bytes and io mapping). The loop's TOSA visitor asks loop.step.template as ever: a
+promise left there waits for the child's result; if the child failed or was stopped, the
+step is lowered in this process. Either way the template is the same bytes, so the .pte
+is too. One child at a time (there is one other core): a new one stops the last.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 from ..forked import Forked, cores
 from . import step as loop_step
@@ -28,29 +27,44 @@ class _Promise:
     def result(self):
         return self.child.result(self.index)
 
+    def lost(self) -> bool:
+        """Its child was stopped before sending it."""
+        return self.child.conn is None and self.index not in self.child.results
+
 
 def _lower(job):
     return loop_step.lower(*job)
 
 
-def start(graph_module, tosa_spec) -> Optional[Forked]:
-    """Fork a child lowering the steps of `graph_module`'s loop nodes (a converted module,
-    as lowering takes it) for `tosa_spec`, unless already lowered; None when there is nothing
-    to lower or no second core. close() the result when the lowering is done."""
+_current: list = []  # the running child, if any
+
+
+def stop() -> None:
+    """Stop the running child; its steps not yet received are lowered here when asked for."""
+    while _current:
+        _current.pop().close()
+
+
+def start(graph_module, tosa_spec) -> None:
+    """Fork a child lowering for `tosa_spec` the steps of `graph_module`'s loop nodes (a
+    converted module, as lowering takes it) not yet lowered or promised; nothing when there
+    are none or no second core."""
     if cores() < 2 or not hasattr(graph_module, "graph"):
-        return None
+        return
     jobs, keys = [], []
     for node in graph_module.graph.find_nodes(op="call_function", target=OP):
         program = program_of(node)
         quantized, pins = loop_step.boundary(node)
         key = loop_step.template_key(tosa_spec, quantized, pins)
-        if key not in program.templates:
-            program.templates[key] = None  # taken: the promise replaces it below
+        held = program.templates.get(key)
+        taken = any(p is program and k == key for (p, *_), k in zip(jobs, keys))
+        if (held is None or isinstance(held, _Promise) and held.lost()) and not taken:
             jobs.append((program, tosa_spec, quantized, pins))
             keys.append(key)
     if not jobs:
-        return None
+        return
+    stop()
     child = Forked(_lower, jobs)
+    _current.append(child)
     for i, ((program, *_), key) in enumerate(zip(jobs, keys)):
         program.templates[key] = _Promise(child, i)
-    return child
