@@ -170,6 +170,7 @@ def _count_call_functions(graph) -> int:
 
 
 @one_thread()
+@prefetch.scope()
 def lower(
     module: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],

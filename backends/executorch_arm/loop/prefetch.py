@@ -13,6 +13,8 @@ is too. One child at a time (there is one other core): a new one stops the last.
 
 from __future__ import annotations
 
+import contextlib
+
 from ..forked import Forked, cores
 from . import step as loop_step
 from .op import OP, program_of
@@ -43,6 +45,16 @@ def stop() -> None:
     """Stop the running child; its steps not yet received are lowered here when asked for."""
     while _current:
         _current.pop().close()
+
+
+@contextlib.contextmanager
+def scope():
+    """No child outlives the block (flow.lower: a candidate's child whose plan was not
+    lowered, a lowering that raised); also a decorator."""
+    try:
+        yield
+    finally:
+        stop()
 
 
 def start(graph_module, tosa_spec) -> None:
