@@ -76,7 +76,10 @@ def start(graph_module, tosa_spec) -> None:
     if not jobs:
         return
     stop()
-    child = Forked(_lower, jobs)
+    try:
+        child = Forked(_lower, jobs)
+    except OSError:  # no process to be had (memory, limits): the visitor lowers them here
+        return
     _current.append(child)
     for i, ((program, *_), key) in enumerate(zip(jobs, keys)):
         program.templates[key] = _Promise(child, i)
