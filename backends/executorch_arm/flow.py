@@ -238,7 +238,6 @@ def _converted(module, example_inputs, calibration_inputs):
             converted = quantize(
                 eval_mode(module), tuple(example_inputs), quantizer, calibration_inputs
             )
-            prefetch.start(converted, spec.tosa_spec)  # in case this plan is the one lowered
         return converted, quantizer
 
     return convert

@@ -62,8 +62,8 @@ def _spy(monkeypatch) -> list:
 
 
 def test_the_child_lowers_the_step_and_the_program_is_the_same(tmp_path, monkeypatch):
-    """auto: a child per candidate converted, its steps lowered while the candidate is
-    simulated, the chosen one's templates taken at the lowering."""
+    """auto: the chosen candidate's step lowered by the child while the main graph
+    lowers, its template taken by the visitor."""
     with monkeypatch.context() as m:
         m.setattr(prefetch, "start", lambda *args: None)
         here = _lower(tmp_path, "here", "auto")

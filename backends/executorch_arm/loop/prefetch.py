@@ -1,14 +1,15 @@
-"""Lower a program's loop steps in a second process while this one does the rest.
+"""Lower a program's loop steps in a second process while this one lowers the rest.
 
 Each loop step goes through ExecuTorch's whole Arm flow (5-10 s for a ~50-node step on this
-2-core machine). Their keys (loop.step.boundary) are known as soon as a plan is converted,
-so a child forked then (flow's convert, for each of auto's candidates, and again before
-the main lowering for steps not yet asked for) lowers them while this process simulates
-the candidate, exports and lowers the main graph, and sends back each step's template
-(its TOSA bytes and io mapping). The loop's TOSA visitor asks loop.step.template as ever: a
-promise left there waits for the child's result; if the child failed or was stopped, the
-step is lowered in this process. Either way the template is the same bytes, so the .pte
-is too. One child at a time (there is one other core): a new one stops the last.
+2-core machine), and the main graph's lowering reaches the loop's TOSA visitor only after
+its own decompositions and passes. A child forked just before the main lowering (the
+steps' keys read from the converted graph, loop.step.boundary) lowers the steps meanwhile
+and sends back each one's template (its TOSA bytes and io mapping). The visitor asks
+loop.step.template as ever: a promise left there waits for the child's result, the
+waiting process lowering the child's last unstarted steps itself; if the child failed or
+was stopped, the step is lowered in this process. Either way the template is the same
+bytes, so the .pte is too. (Forking at each of auto's candidates' conversion too, to
+overlap their simulation, was slower: the unchosen candidates' children slowed it.)
 """
 
 from __future__ import annotations
