@@ -170,7 +170,6 @@ def _count_call_functions(graph) -> int:
 
 
 @one_thread()
-@prefetch.scope()
 def lower(
     module: torch.nn.Module,
     example_inputs: Sequence[torch.Tensor],
@@ -392,8 +391,7 @@ def _lower_plan(
     with _timed(times, "export", progress, "export"):
         exported = torch.export.export(module, example_inputs)
     with _timed(times, "lower", progress, f"partition and lower to {target}"):
-        if plan.ours:
-            prefetch.start(exported.graph_module, spec.tosa_spec)
+        steps = prefetch.start(exported.graph_module, spec.tosa_spec) if plan.ours else None
         try:
             edge = to_edge_transform_and_lower(
                 exported,
@@ -401,7 +399,8 @@ def _lower_plan(
                 compile_config=EdgeCompileConfig(_check_ir_validity=False),
             )
         finally:
-            prefetch.stop()
+            if steps is not None:
+                steps.close()
     edge_program = edge.exported_program()
     graph_module = edge_program.graph_module
     lowered = [m for name, m in graph_module.named_children() if name.startswith("lowered_module")]

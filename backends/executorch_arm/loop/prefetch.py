@@ -14,7 +14,7 @@ overlap their simulation, was slower: the unchosen candidates' children slowed i
 
 from __future__ import annotations
 
-import contextlib
+from typing import Optional
 
 from ..forked import Forked, cores
 from . import step as loop_step
@@ -31,7 +31,7 @@ class _Promise:
         return self.child.result(self.index)
 
     def lost(self) -> bool:
-        """Its child was stopped before sending it."""
+        """Its child was closed before sending it (a later lowering forks another)."""
         return self.child.conn is None and self.index not in self.child.results
 
 
@@ -39,31 +39,12 @@ def _lower(job):
     return loop_step.lower(*job)
 
 
-_current: list = []  # the running child, if any
-
-
-def stop() -> None:
-    """Stop the running child; its steps not yet received are lowered here when asked for."""
-    while _current:
-        _current.pop().close()
-
-
-@contextlib.contextmanager
-def scope():
-    """No child outlives the block (flow.lower: a candidate's child whose plan was not
-    lowered, a lowering that raised); also a decorator."""
-    try:
-        yield
-    finally:
-        stop()
-
-
-def start(graph_module, tosa_spec) -> None:
-    """Fork a child lowering for `tosa_spec` the steps of `graph_module`'s loop nodes (a
-    converted module, as lowering takes it) not yet lowered or promised; nothing when there
-    are none or no second core."""
+def start(graph_module, tosa_spec) -> Optional[Forked]:
+    """A child forked to lower for `tosa_spec` the steps of `graph_module`'s loop nodes (a
+    converted module, as lowering takes it) not yet lowered or promised; None when there
+    are none or no second core. close() it once the lowering is done."""
     if cores() < 2 or not hasattr(graph_module, "graph"):
-        return
+        return None
     jobs, keys = [], []
     for node in graph_module.graph.find_nodes(op="call_function", target=OP):
         program = program_of(node)
@@ -75,12 +56,11 @@ def start(graph_module, tosa_spec) -> None:
             jobs.append((program, tosa_spec, quantized, pins))
             keys.append(key)
     if not jobs:
-        return
-    stop()
+        return None
     try:
         child = Forked(_lower, jobs)
     except OSError:  # no process to be had (memory, limits): the visitor lowers them here
-        return
-    _current.append(child)
+        return None
     for i, ((program, *_), key) in enumerate(zip(jobs, keys)):
         program.templates[key] = _Promise(child, i)
+    return child
