@@ -212,7 +212,10 @@ def lower(
         convert = _converted(module, example_inputs, calibration_inputs)
         judge = Judge(module, convert, samples, _key)
         with _timed(times, "accuracy", progress, "predict the candidates' accuracy"):
-            plans = precision.reaching(options, plans, judge.predict)
+            try:
+                plans = precision.reaching(options, plans, judge.predict, judge.ahead)
+            finally:
+                judge.close()
     args = (artifact_dir, calibration_inputs, progress, run_vela)
     quantized, predict = (judge.quantized, judge.predict) if judge else (None, None)
     result = lower_first(module, example_inputs, plans, *args, quantized, predict)

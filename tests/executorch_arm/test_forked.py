@@ -1,6 +1,7 @@
 """Work in a forked child (forked.py): loop.prefetch's child lowers the loop steps while the
-main graph lowers, the program the same bytes as when this process lowers them, and a
-child that dies costs only the time (the step is lowered here)."""
+main graph lowers, and precision.judge's simulates auto's wider candidates while this
+process simulates its choice; the program the same bytes as when this process does it all,
+and a child that dies costs only the time (the step is lowered here)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from recurrent_lowering.backends.executorch_arm import flow, forked
 from recurrent_lowering.backends.executorch_arm.loop import prefetch
+from recurrent_lowering.backends.executorch_arm.precision import judge
 from recurrent_lowering.tests.executorch_arm.sequence_output import SequenceOutput
 
 
@@ -35,7 +37,7 @@ def test_both_processes_do_the_jobs_and_one_the_child_failed_is_left_to_the_call
     assert any(here) and not all(here)  # the parent took the last jobs while it waited
 
 
-def _lower(tmp_path, name, quantization="int8"):
+def _lower(tmp_path, name, quantization="int8", **options):
     torch.manual_seed(0)
     model = SequenceOutput(torch.nn.GRU(8, 16, batch_first=True)).eval()
     calibration = [(torch.randn(1, 16, 8),) for _ in range(2)]
@@ -46,10 +48,11 @@ def _lower(tmp_path, name, quantization="int8"):
         tmp_path / name,
         calibration_inputs=calibration,
         quantization=quantization,
+        **options,
     )
 
 
-def _spy(monkeypatch) -> list:
+def _spy(monkeypatch, module=prefetch) -> list:
     children: list = []
 
     class Spied(forked.Forked):
@@ -57,7 +60,7 @@ def _spy(monkeypatch) -> list:
             super().__init__(*args)
             children.append(self)
 
-    monkeypatch.setattr(prefetch, "Forked", Spied)
+    monkeypatch.setattr(module, "Forked", Spied)
     return children
 
 
@@ -84,3 +87,23 @@ def test_a_child_that_dies_leaves_the_step_to_this_process(tmp_path, monkeypatch
     (child,) = children
     assert child.process.exitcode == 3
     assert died.pte == here.pte
+
+
+def test_the_child_simulates_the_wider_candidates_and_the_program_is_the_same(
+    tmp_path, monkeypatch
+):
+    """auto on ethos-u85-256 chooses int8 for cycles; a 60 dB target it misses makes it
+    simulate the wider candidates, which the child does meanwhile: the same predictions,
+    the same choice, the same bytes (the chosen plan converted again for its lowering)."""
+    with monkeypatch.context() as m:
+        m.setattr(judge, "cores", lambda: 1)
+        here = _lower(tmp_path, "here", "auto", min_sqnr=60.0)
+    children = _spy(monkeypatch, judge)
+    lowered = _lower(tmp_path, "forked", "auto", min_sqnr=60.0)
+    (child,) = children
+    assert child.conn is None  # stopped once auto chose
+    assert any(r is not None for r in child.results.values())
+    assert lowered.plan.precision.predicted == here.plan.precision.predicted
+    assert len(lowered.plan.precision.predicted) > 1
+    assert lowered.plan.precision.name == here.plan.precision.name != "int8"
+    assert lowered.pte == here.pte

@@ -106,18 +106,21 @@ def _worst(scores: list) -> float:
     return min(scores) if scores else float("inf")
 
 
-def reaching(o: Options, plans: list, predict) -> list[ArmPlan]:
+def reaching(o: Options, plans: list, predict, ahead=None) -> list[ArmPlan]:
     """`plans` (candidates') with auto's choice held to `o.target_sqnr` on every output, as
     `predict(plan) -> [dB per output]` (a simulation) says. The choice stands when it reaches
     the target (whether its int8 fallback would is asked only if Vela measures it over the
     budget: `holds`); else the wider candidates (up to REASONABLE x int8) are simulated,
     the most accurate first (`_simulated_wider`), and the cheapest that reaches it goes. A
     choice made for accuracy has no fallback on cycles; when none reaches the target, the
-    most accurate goes first, its choice naming the output that limits it."""
+    most accurate goes first, its choice naming the output that limits it. `ahead(plans)`,
+    when given, hears first of the plans that may be simulated after the choice (`may_simulate`)."""
     first = plans[0]
     choice = first.precision
     if choice is None or choice.why is not None:
         return plans
+    if ahead is not None:
+        ahead(may_simulate(o, plans))
     target = o.target_sqnr
     predicted = {choice.name: predict(first)}
     chosen = dataclasses.replace(choice, predicted=predicted, min_sqnr=target)
@@ -155,16 +158,50 @@ def _best(choice: Choice, predicted: dict, names, target: float) -> str:
     return min(close, key=lambda n: choice.estimates[n])
 
 
+def _wider_order(o: Options, choice: Choice) -> tuple:
+    """`choice`'s wider candidates as `_simulated_wider` asks for them: (the most accurate,
+    or None; those estimated cheaper than it, cheapest first; the most accurate
+    whole-weight one when the most accurate has its weights in two parts, else None)."""
+    narrowed = o.recurrent_weight_bits != 8  # weights in two parts are 8-bit each
+    wider = [c for c in _wider(choice) if not (narrowed and c[0] in cost_model.WEIGHT_PARTS)]
+    widest = next((c for c in cost_model.CANDIDATES if c in wider), None)
+    if widest is None:
+        return None, [], None
+    cost = choice.estimates
+    cheaper = [c for c in wider if cost[c[0]] < cost[widest[0]]]  # in cost order
+    whole = None
+    if widest[0] in cost_model.WEIGHT_PARTS:
+        parts = cost_model.WEIGHT_PARTS
+        whole = next((c for c in cost_model.CANDIDATES if c in wider and c[0] not in parts), None)
+    return widest, cheaper, whole
+
+
+def may_simulate(o: Options, plans: list) -> list[ArmPlan]:
+    """The plans `reaching` may simulate after auto's choice (`plans[0]`), most likely first
+    (the most accurate, then the cheaper ones in the order asked), the whole-weight one
+    that a miss of the most accurate asks for last: a second process may simulate them
+    while the choice is simulated (precision.judge), the last taken first by a caller
+    waiting for the first."""
+    choice = plans[0].precision
+    if choice is None or choice.why is not None:
+        return []
+    widest, cheaper, whole = _wider_order(o, choice)
+    order = [widest, *(c for c in cheaper if c != whole), whole] if widest else []
+    return [
+        _plan(o, rest, recurrent, 8, None, name) for name, rest, recurrent in filter(None, order)
+    ]
+
+
 def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> dict:
     """The plans of `choice`'s wider candidates (`_wider`) simulated into `predicted` (unless
     there already): name -> plan. The most accurate of them first: when it misses the
     target, the narrower ones would too (a candidate is taken to be no more accurate than
     one wider everywhere it is), and it is the answer alone, but for weights in two parts,
     which widen the weights alone: the most accurate whole-weight candidate is simulated
-    beside it. When the first reaches the target, the ones estimated cheaper than it are
-    simulated, cheapest first, up to the first that reaches it too."""
-    narrowed = o.recurrent_weight_bits != 8  # weights in two parts are 8-bit each
-    wider = [c for c in _wider(choice) if not (narrowed and c[0] in cost_model.WEIGHT_PARTS)]
+    beside it (where 8-bit weights are not what limits a model, it is as accurate for half
+    the products: DTLN, int16 20.3 dB, int16_w16 19.9). When the first reaches the target,
+    the ones estimated cheaper than it are simulated, cheapest first, up to the first that
+    reaches it too."""
     tried = {}
 
     def reaches(candidate) -> bool:
@@ -174,27 +211,13 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
             predicted[name] = predict(tried[name])
         return _worst(predicted[name]) >= o.target_sqnr
 
-    widest = next((c for c in cost_model.CANDIDATES if c in wider), None)  # most accurate
+    widest, cheaper, whole = _wider_order(o, choice)
     if widest is not None and reaches(widest):
-        cost = choice.estimates
-        cheaper = [c for c in wider if cost[c[0]] < cost[widest[0]]]  # in cost order
         for candidate in cheaper:
             if reaches(candidate):
                 break
-    elif widest is not None and widest[0] in cost_model.WEIGHT_PARTS:
-        # Weights in two parts widen the weights alone: where 8-bit weights are not what
-        # limits a model, the widest whole-weight candidate is as accurate for half the
-        # products (DTLN: int16 20.3 dB, int16_w16 19.9), so it is simulated too.
-        whole = next(
-            (
-                c
-                for c in cost_model.CANDIDATES
-                if c in wider and c[0] not in cost_model.WEIGHT_PARTS
-            ),
-            None,
-        )
-        if whole is not None:
-            reaches(whole)
+    elif whole is not None:
+        reaches(whole)
     return tried
 
 
