@@ -505,7 +505,8 @@ def header(args, command: str) -> list[str]:
 # the CLI's stages (its report's time.stages), grouped: column -> stage name prefixes
 _STAGES = {
     "predict": ("predict the",),  # the candidates', the wider ones', the fallback's
-    "lower": ("partition and lower", "export", "write the .pte"),
+    # quantize: a candidate another process simulated, calibrated again for its lowering
+    "lower": ("quantize", "partition and lower", "export", "write the .pte"),
     "verify (TOSA)": ("verify the choice",),
     "numerics (TOSA)": ("numerics on the TOSA",),
 }
@@ -515,9 +516,9 @@ def stages(records: list) -> list:
     """Markdown lines: where each lowering's time went, from the CLI's report."""
     lines = [
         "",
-        "Where the time goes, seconds (the CLI's report, `time.stages`; lower: export, "
-        "partition and lower with Vela, write the .pte; a widened choice's second "
-        "lowering inside `lower`):",
+        "Where the time goes, seconds (the CLI's report, `time.stages`; lower: quantize "
+        "where needed, export, partition and lower with Vela, write the .pte; a widened "
+        "choice's second lowering inside `lower`):",
         "",
         "| model | target | wall | CLI total | " + " | ".join(_STAGES) + " | rest |",
         "|---|---|---|---|" + "---|" * len(_STAGES) + "---|",
