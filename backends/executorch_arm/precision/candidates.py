@@ -114,13 +114,14 @@ def reaching(o: Options, plans: list, predict, ahead=None) -> list[ArmPlan]:
     the most accurate first (`_simulated_wider`), and the cheapest that reaches it goes. A
     choice made for accuracy has no fallback on cycles; when none reaches the target, the
     most accurate goes first, its choice naming the output that limits it. `ahead(plans)`,
-    when given, hears first of the plans that may be simulated after the choice (`may_simulate`)."""
+    when given, hears first of the plans that may be simulated after the choice
+    (`may_simulate`)."""
     first = plans[0]
     choice = first.precision
     if choice is None or choice.why is not None:
         return plans
     if ahead is not None:
-        ahead(may_simulate(o, plans))
+        ahead(may_simulate(o, choice))
     target = o.target_sqnr
     predicted = {choice.name: predict(first)}
     chosen = dataclasses.replace(choice, predicted=predicted, min_sqnr=target)
@@ -176,15 +177,12 @@ def _wider_order(o: Options, choice: Choice) -> tuple:
     return widest, cheaper, whole
 
 
-def may_simulate(o: Options, plans: list) -> list[ArmPlan]:
-    """The plans `reaching` may simulate after auto's choice (`plans[0]`), most likely first
+def may_simulate(o: Options, choice: Choice) -> list[ArmPlan]:
+    """The plans `reaching` may simulate after auto's weighed `choice`, most likely first
     (the most accurate, then the cheaper ones in the order asked), the whole-weight one
     that a miss of the most accurate asks for last: a second process may simulate them
     while the choice is simulated (precision.judge), the last taken first by a caller
     waiting for the first."""
-    choice = plans[0].precision
-    if choice is None or choice.why is not None:
-        return []
     widest, cheaper, whole = _wider_order(o, choice)
     order = [widest, *(c for c in cheaper if c != whole), whole] if widest else []
     return [
