@@ -2,7 +2,8 @@
 
 torch 2.13's `ExportedProgram.module()` adds a `_guards_fn` call_module unless called with
 `check_guards=False`, and ExecuTorch's Arm passes reject call_modules; an exported
-program's module refuses `.eval()`.
+program's module refuses `.eval()`. Its tensors are the exported module's own, which
+ExecuTorch may write into (`with_own_tensors`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,31 @@ def module_of(ep: ExportedProgram) -> GraphModule:
         return ep.module(check_guards=False)
     except TypeError:  # torch without the check_guards argument
         return ep.module()
+
+
+def with_own_tensors(gm: GraphModule) -> GraphModule:
+    """`gm` (an exported program's module) reading copies of its tensors rather than the
+    module's that was exported: ExecuTorch 1.5.1's FoldScalarMulIntoConvPass (in the Arm
+    quantizer's transform_for_annotation) folds `conv(x) * s` by writing the scaled weight
+    into the get_attr's tensor in place, which would scale the caller's module too, and
+    again in every later quantization of it (auto quantizes one module per candidate).
+    Tensors shared by several attributes stay shared among the copies."""
+    copies: dict = {}
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        owner_name, _, attr = str(node.target).rpartition(".")
+        owner = gm.get_submodule(owner_name)
+        value = getattr(owner, attr, None)
+        if not isinstance(value, torch.Tensor):
+            continue
+        if id(value) not in copies:
+            data = value.detach().clone()
+            if isinstance(value, torch.nn.Parameter):
+                data = torch.nn.Parameter(data, requires_grad=value.requires_grad)
+            copies[id(value)] = data
+        setattr(owner, attr, copies[id(value)])  # a parameter, buffer or plain attribute
+    return gm
 
 
 def eval_mode(module: torch.nn.Module) -> torch.nn.Module:

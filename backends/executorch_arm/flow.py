@@ -43,7 +43,7 @@ from . import compat
 from .compat import compile_specs, factory
 from .compat.histogram_observer import calibrate
 from .edge_io import io_mapping, target_name
-from .exported import eval_mode, module_of
+from .exported import eval_mode, module_of, with_own_tensors
 from .loop import prefetch
 from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
 from .loop.op import program_of, run_graph
@@ -151,7 +151,7 @@ def quantize(module, example_inputs, quantizer, calibration_inputs=None, progres
     `calibration_inputs` (default: the example inputs)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    graph_module = module_of(torch.export.export(module, example_inputs))
+    graph_module = with_own_tensors(module_of(torch.export.export(module, example_inputs)))
     samples = calibration_inputs or [example_inputs]
     quantizer.float_samples = samples
     prepared = prepare_pt2e(graph_module, quantizer)
