@@ -12,11 +12,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+import torch
+
 from recurrent_lowering.passes.plan import Plan
 
 from .emission.fx_builder import ProductForm
 
 AUTO_UNROLL_MAX_STEPS = 8  # T x layers x directions
+
+# Modules whose operator Vela 5.1.0 refuses in int16 on a target family, as ExecuTorch
+# 1.5.1 lowers it ("Non-passthrough operation (Conv2D) could not run on NPU" for an int16
+# TRANSPOSE_CONV2D; ethos-u85 takes it; tests/executorch_arm/test_int8_only.py lowers one):
+# in an int16 region they stay int8, with a rescale on each edge (ArmPlan.int8_only).
+INT8_ONLY = {
+    family: {
+        torch.nn.ConvTranspose1d: torch.ops.aten.conv_transpose1d.default,
+        torch.nn.ConvTranspose2d: torch.ops.aten.conv_transpose2d.input,
+    }
+    for family in ("ethos-u55", "ethos-u65")
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +74,14 @@ class ArmPlan:
         return self.recurrent_activations or self.activations
 
     @property
+    def int8_only(self) -> dict:
+        """Module type -> its aten operator, for the modules this target runs in int8 only
+        (INT8_ONLY), when the plan has an int16 region: the quantizer keeps them int8."""
+        if not self.quantize or "int16" not in (self.activations, self.recurrent_precision):
+            return {}
+        return INT8_ONLY.get(target_family(self.target), {})
+
+    @property
     def products(self) -> ProductForm:
         """The recurrent product that gives the fewest Vela cycles
         (docs/results/arm_benchmark.md): on Ethos-U85 a MATMUL with R on the left (Vela
@@ -76,6 +98,11 @@ class ArmPlan:
         (`loop_takes`) is unrolled; int16 state lives in loop steps, so then every stack
         loops."""
         return core_plan(self.emission, self.keep_recurrent_on_cpu, self.state_bits == 16)
+
+
+def target_family(target: str) -> str:
+    """ "ethos-u55" for "ethos-u55-128"; a TOSA target is its own family."""
+    return target.lower().rsplit("-", 1)[0] if target.startswith("ethos-u") else target
 
 
 def step_product(target: str, recurrent_weight_bits: int) -> str:

@@ -197,45 +197,6 @@ def test_a_bidirectional_lstm_with_proj_size_through_the_cost_model():
     assert f.recurrent == per_direction
 
 
-class _Decoder(torch.nn.Module):
-    """A GRU over time, then a transposed convolution (GTCRN's decoder upsamples so)."""
-
-    def __init__(self):
-        super().__init__()
-        self.gru = torch.nn.GRU(16, 16, batch_first=True)
-        self.up = torch.nn.ConvTranspose2d(16, 8, (1, 3), stride=(1, 2))
-
-    def forward(self, x):
-        y, _ = self.gru(x)  # [1, T, 16]
-        return self.up(y.transpose(1, 2).unsqueeze(2))
-
-
-def test_a_rest_vela_refuses_in_int16_takes_no_int16_candidate():
-    """ethos-u55/u65 Vela refuses ExecuTorch's int16 TRANSPOSE_CONV2D: auto does not weigh
-    an int16 rest there (GTCRN was lowered twice, int16 then int8), and says why."""
-    torch.manual_seed(0)
-    model, inputs = _Decoder().eval(), (torch.randn(1, 12, 16),)
-    f = _features(model, inputs)
-    costs = precision.load_costs("ethos-u55-128")
-    assert precision.choose(f, costs, BUDGET).name == "int16"  # what the cost model alone says
-    reason = precision.refused(f, "ethos-u55-128")
-    assert reason == "Vela refuses aten.conv_transpose2d.input in int16 on ethos-u55"
-    choice = precision.choose_for(model, inputs, "ethos-u55-128", BUDGET)
-    assert choice.rest == "int8" and choice.report()["refused"] == reason
-    assert precision.refused(f, "ethos-u85-256") is None
-
-
-def test_vela_refuses_an_int16_transposed_convolution_on_u55(tmp_path):
-    """The behaviour INT16_REFUSED relies on (Vela 5.1.0 through ExecuTorch 1.5.1)."""
-    torch.manual_seed(0)
-    up = torch.nn.ConvTranspose2d(24, 16, 3).eval()
-    x = (torch.randn(1, 24, 4, 10),)
-    with pytest.raises(Exception, match="could not run on NPU"):
-        flow.lower(up, x, "ethos-u55-128", tmp_path / "int16", quantization="int16")
-    int8 = flow.lower(up, x, "ethos-u55-128", artifact_dir=tmp_path / "int8", quantization="int8")
-    assert int8.num_delegates == 1
-
-
 # Every candidate, int16_w16 included (weighed on targets whose rest takes int16).
 _EVERY = tuple(name for name, _, _ in precision.CANDIDATES)
 

@@ -4,10 +4,10 @@ Two regions: the recurrent layers (projection, steps, outputs) and the rest of t
 (conv/FC front-ends, heads). Candidates, most accurate first: all int16 with weights in two
 int8 parts (weighed for accuracy only, candidates.reaching), all int16, recurrent int16
 with the rest int8, all int8. The first of the last three whose estimated cycles are
-within `budget` of all-int8's wins; a rest holding an operator the target's Vela refuses
-in int16 (INT16_REFUSED) takes no int16 candidate for it. The estimate is a model of Vela,
-so choosing costs no extra lowering (weights in two parts: each split product counted
-twice):
+within `budget` of all-int8's wins; an operator the target's Vela runs in int8 only
+(plan.INT8_ONLY) stays int8 in an int16 rest (the estimates leave it out, int8's too). The
+estimate is a model of Vela, so choosing costs no extra lowering (weights in two parts:
+each split product counted twice):
 
     product of a matrix with one vector (a recurrent step's with R, an FC at T=1):
         MACs * vector_mac[bits]
@@ -38,7 +38,7 @@ from typing import Optional
 import torch
 from torch.fx import Node
 
-from ..plan import step_product
+from ..plan import INT8_ONLY, step_product, target_family
 from ..recurrent_ops import aten as aten_ops
 
 COSTS_FILE = pathlib.Path(__file__).with_name("costs.json")
@@ -66,14 +66,6 @@ _ACTIVATIONS = {
     aten.hardtanh.default,
     aten.hardtanh_.default,
     aten.clamp.default,
-}
-# Operators Vela refuses in int16 on a target family ("Non-passthrough operation (Conv2D)
-# could not run on NPU", for ExecuTorch's int16 TRANSPOSE_CONV2D; ethos-u85 takes it;
-# tests/executorch_arm/test_precision.py lowers one): a program that holds one cannot have
-# its rest in int16 there, whatever it costs.
-INT16_REFUSED = {
-    family: {aten.conv_transpose1d.default, aten.conv_transpose2d.input}
-    for family in ("ethos-u55", "ethos-u65")
 }
 MOVES = {  # ops that move values without arithmetic
     aten.view.default,
@@ -124,7 +116,7 @@ class Choice:
     estimates: dict  # candidate name -> estimated cycles
     budget: float
     fallback: Optional[str] = None  # why the first choice gave way to int8
-    refused: Optional[str] = None  # why the candidates with an int16 rest were not weighed
+    int8_only: Optional[str] = None  # what an int16 rest keeps in int8 on this target
     why: Optional[str] = None  # why auto did not weigh at all (plain int8)
     weighed: tuple = ()  # the candidates the target and program allow, most accurate first
     # Accuracy (candidates.reaching): the SQNR (dB) a fake-quantized simulation predicts per
@@ -165,15 +157,15 @@ class Choice:
             report["widened"] = self.widened
         if self.short:
             report["short"] = self.short
-        if self.refused:
-            report["refused"] = self.refused
+        if self.int8_only:
+            report["int8_only"] = self.int8_only
         if self.fallback:
             report["fallback"] = self.fallback
         return report
 
 
 def load_costs(target: str, path: pathlib.Path = COSTS_FILE) -> dict:
-    family = target.lower().rsplit("-", 1)[0]
+    family = target_family(target)
     costs = json.loads(path.read_text())["targets"]
     if target in costs:
         return costs[target]
@@ -268,13 +260,14 @@ def features(ep: torch.export.ExportedProgram) -> Features:
     return f
 
 
-def refused(f: Features, target: str) -> Optional[str]:
-    """Why `target`'s Vela cannot take the rest of this program in int16, or None."""
-    family = target.lower().rsplit("-", 1)[0]
-    ops = sorted(str(op) for op in INT16_REFUSED.get(family, ()) if f.rest_ops[op])
+def int8_only(f: Features, target: str) -> Optional[str]:
+    """What of this program's rest `target`'s Vela runs in int8 only (plan.INT8_ONLY), kept
+    int8 in an int16 rest; None when there is nothing."""
+    family = target_family(target)
+    ops = sorted(str(op) for op in INT8_ONLY.get(family, {}).values() if f.rest_ops[op])
     if not ops:
         return None
-    return f"Vela refuses {', '.join(ops)} in int16 on {family}"
+    return f"Vela refuses {', '.join(ops)} in int16 on {family}: kept int8 in an int16 rest"
 
 
 def _cycles(products, bits: str, costs: dict, parts: int = 1, steps_split: bool = True) -> float:
@@ -310,25 +303,22 @@ def choose(
     f: Features,
     costs: dict,
     budget: float,
-    refused: Optional[str] = None,
+    int8_only: Optional[str] = None,
     steps_split: bool = True,
 ) -> Choice:
     """The most accurate candidate within `budget` of all-int8's estimated cycles, of those
-    not weighed for accuracy alone (WEIGHT_PARTS); none with an int16 rest when `refused`
-    says why the target cannot take one."""
+    not weighed for accuracy alone (WEIGHT_PARTS). `int8_only` (what an int16 rest keeps in
+    int8 on the target) goes into the choice's report; those operators and their rescales
+    are not in the estimate (neither are they in int8's)."""
     estimates = {
         name: estimate(f, rest, rec, costs, WEIGHT_PARTS.get(name, 1), steps_split)
         for name, rest, rec in CANDIDATES
     }
     limit = estimates["int8"] * (1 + budget)
-    weighed = tuple(
-        name
-        for name, rest, rec in CANDIDATES
-        if not ((not f.recurrent and rest != rec) or (refused and rest == "int16"))
-    )
+    weighed = tuple(name for name, rest, rec in CANDIDATES if not (not f.recurrent and rest != rec))
     for name, rest, rec in CANDIDATES:
         if name in weighed and name not in WEIGHT_PARTS and estimates[name] <= limit:
-            return Choice(name, rest, rec, estimates, budget, refused=refused, weighed=weighed)
+            return Choice(name, rest, rec, estimates, budget, int8_only=int8_only, weighed=weighed)
     raise AssertionError("int8 is always within its own budget")
 
 
@@ -348,4 +338,4 @@ def choose_for(module: torch.nn.Module, example_inputs, target: str, budget: flo
     costs = load_costs(target)
     f = features(torch.export.export(module, tuple(example_inputs)))
     steps_split = step_product(target, 8) != "matmul"  # auto's recurrent weights are 8-bit
-    return choose(f, costs, budget, refused(f, target), steps_split)
+    return choose(f, costs, budget, int8_only(f, target), steps_split)

@@ -14,6 +14,7 @@ The quantization of a plan, in the order it runs:
   annotate
     2. ExecuTorch's annotation: the plan's activations globally, the recurrent layers'
        precision on their modules (set_module_type), none with keep_recurrent_on_cpu;
+       int8 on the modules the target runs in int8 only (ArmPlan.int8_only);
     3. weights every step reads narrowed to recurrent_weight_bits (weights.py);
     4. loop nodes annotated, their steps given their config (loop.quantization);
     5. an int16 clip quantized to its own range (clip.py), an int16 sigmoid/tanh's input
@@ -138,6 +139,8 @@ def create(compile_spec, plan: ArmPlan):
         raise ValueError(f"no recurrent-lowering quantizer for {type(compile_spec).__name__}")
     quantizer.plan = plan
     quantizer.set_global(quantization_config(plan.activations))
+    for module_type in plan.int8_only:  # what the target runs in int8 only, in int16
+        quantizer.set_module_type(module_type, quantization_config("int8"))
     recurrent = plan.recurrent_activations
     if plan.keep_recurrent_on_cpu:
         recurrent_config = None  # float, on the CPU
