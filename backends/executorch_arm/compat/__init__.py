@@ -8,7 +8,8 @@ versions in VERSIONS (`check_versions` refuses others):
   provenance.py          drops torch.fx `from_node` records in ExecuTorch's Arm pass pipeline
   permute_propagation.py ExecuTorch's permute propagation, shapes refreshed in place
   clamp_table.py         an int8 clamp folded into the TABLE after it; identity clamps dropped
-      (these three are passes inserted into ExecuTorch's Arm pass pipeline, only while one
+  conv_int16_readers.py  on U55/U65, an int16 convolution's accumulator read once (Vela)
+      (these four are passes inserted into ExecuTorch's Arm pass pipeline, only while one
       of our lowerings runs: `lowering()`; pass_insertions.py)
   histogram_observer.py  torchao's HistogramObserver with its private range search replaced
   compile_specs.py       the debug-dump path dropped from a lowered module's compile specs
@@ -46,7 +47,14 @@ def lowering():
     """The extensions one of our lowerings runs with, installed for the block and removed
     after it: ExecuTorch's own flow run later in the process sees none of them."""
     from ..loop import tosa as loop_tosa
-    from . import clamp_table, logs, pass_insertions, permute_propagation, provenance
+    from . import (
+        clamp_table,
+        conv_int16_readers,
+        logs,
+        pass_insertions,
+        permute_propagation,
+        provenance,
+    )
 
     check_versions()
     loop_tosa.register()  # the loop node's support check and TOSA visitor (our op only)
@@ -54,6 +62,7 @@ def lowering():
         *provenance.insertions(),
         *clamp_table.insertions(),
         *permute_propagation.insertions(),
+        *conv_int16_readers.insertions(),
     ]
     with pass_insertions.installed(insertions), logs.vela_quiet():
         yield
