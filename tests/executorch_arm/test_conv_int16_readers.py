@@ -12,22 +12,24 @@ from recurrent_lowering.backends.executorch_arm.compat import conv_int16_readers
 from recurrent_lowering.runtime import arm_numerics, tosa_copy
 
 
-class _SquareAndLinear(torch.nn.Module):
-    """A convolution whose output a MUL (int32 inputs) and a convolution both read."""
+class _TwoReaders(torch.nn.Module):
+    """A convolution whose output a MUL (int32 inputs) reads beside a convolution (int16)
+    or, `int32_only`, beside an ADD (int32 too)."""
 
-    def __init__(self):
+    def __init__(self, int32_only: bool = False):
         super().__init__()
+        self.int32_only = int32_only
         self.a = torch.nn.Conv2d(4, 8, (1, 3), padding=(0, 1))
         self.b = torch.nn.Conv2d(8, 4, (1, 1))
 
     def forward(self, x):
         y = self.a(x)
-        return self.b(y * y) + self.b(y)
+        return self.b(y * y) + (self.b(y + 1.0) if self.int32_only else self.b(y))
 
 
-def _model_and_input():
+def _model_and_input(int32_only: bool = False):
     torch.manual_seed(0)
-    return _SquareAndLinear().eval(), (torch.randn(1, 4, 1, 20),)
+    return _TwoReaders(int32_only).eval(), (torch.randn(1, 4, 1, 20),)
 
 
 def _readers_of_convolutions(tosa) -> list:
@@ -50,8 +52,9 @@ def test_vela_refuses_an_int16_convolution_read_twice_on_u55(tmp_path, monkeypat
         flow.lower(model, x, "ethos-u55-128", tmp_path, quantization="int16")
 
 
-def test_on_u55_the_accumulator_has_one_reader(tmp_path):
-    model, x = _model_and_input()
+@pytest.mark.parametrize("int32_only", [False, True])
+def test_on_u55_the_accumulator_has_one_reader(tmp_path, int32_only):
+    model, x = _model_and_input(int32_only)
     result = flow.lower(model, x, "ethos-u55-128", tmp_path, quantization="int16")
     assert result.num_delegates == 1
     assert _readers_of_convolutions(result.tosa_files[0]) == [1, 1, 1]

@@ -113,6 +113,7 @@ class OneReaderPass(ArmPass):
                 narrow = create_node(
                     graph_module.graph, _RESCALE, (conv, torch.int16, scales, 0, 0), from_node=conv
                 )
+            narrow.meta.pop(TosaSpecialDtype.meta_key(), None)  # the conv's INT48, copied
             narrow.meta["val"] = _RESCALE(conv.meta["val"], torch.int16, scales, 0, 0)
         for reader in readers:
             if reader is narrow:
