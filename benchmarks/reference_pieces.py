@@ -67,7 +67,7 @@ def main() -> None:
         ops = tosa_flatbuffer.count_ops(path, include_constants=False)
         for size, pieces, cut, run in measure(path, sizes, args.runs):
             name = os.path.basename(path)
-            lines.append(f"| {name} | {ops:,} | {size} | {pieces} | {cut:.1f} | {run:.2f} |")
+            lines.append(f"| {name} | {ops:,} | {size} | {pieces} | {cut:.1f} | {run:.3g} |")
             print(lines[-1], flush=True)
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")

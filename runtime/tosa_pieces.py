@@ -1,22 +1,24 @@
 """Run a large TOSA graph on the reference model in pieces of consecutive operators.
 
-The reference model's time grows faster than the graph: it allocates each operator's
-output by looking the tensor up among all of the graph's tensors one by one
-(`SubgraphTraverser::getSerializationTensorByName`, a string copy and compare each: over
-a third of a run of silero-vad's 263-operator graph under `perf`), so a run costs about the
-square of the graph's size. madmom's beats BLSTM (45,020 ops) ran in 208 s whole and in
-11.2 s as pieces of 2,000. A piece also repeats the constants it reads and costs a call of
-its own, which bounds how small pieces pay: pieces of 500 run GTCRN's 12,693-operator
-program in 1.08 s against 1.71 s for 2,000, madmom's BGRU (21,250) in 1.42 against 2.42 s
-and the BLSTM (48,963) in 5.32 against 7.40 s (docs/results/reference_pieces.md; 250
-helps GTCRN and the BLSTM a little more and costs the BGRU 1.8x). The operators of a
-graph, in their serialized order, are cut into pieces of at most `max_ops` non-constant
-operators. Each piece is a graph of its own: the constants it reads,
-its operators unchanged, as inputs the tensors it reads from the graph's inputs or from
-earlier pieces, as outputs what later pieces or the graph's outputs read. The pieces run in
-order, each fed what the earlier ones computed; an output that is a constant, or a graph
-input, is taken as it is. Every operator sees the same operands as in the whole graph, so
-the outputs are the same, bit for bit (tests/runtime pin it).
+The reference model's time grows faster than the graph: it allocates each operator's output
+by looking the tensor up among all of the graph's tensors one by one
+(`SubgraphTraverser::getSerializationTensorByName`, a string copy and compare each: over a
+third of a run of silero-vad's 263-operator graph under `perf`), so a run costs about the
+square of the graph's size. madmom's beats BLSTM (45,020 ops) ran in 208 s whole and in 11.2
+s as pieces of 2,000. A piece also repeats the constants it reads and costs a call of its
+own, which bounds how small pieces pay: pieces of 500 run GTCRN's 12,693-operator program in
+1.08 s against 1.71 s for 2,000, madmom's BGRU (21,250) in 1.42 against 2.42 s and the BLSTM
+(48,963) in 5.32 against 7.40 s, and pieces of 25 silero-vad's 263 operators in 16.7 ms
+against 53.6 ms whole (docs/results/reference_pieces.md). So a graph is cut into pieces of a
+tenth of it, at least 25 and at most 500 operators (`piece_size`); the cut, 0.2-0.4 ms an
+operator, is made once per graph. The operators of a graph, in their serialized order, are
+cut into pieces of at most `max_ops` non-constant operators. Each piece is a graph of its
+own: the constants it reads, its operators unchanged, as inputs the tensors it reads from
+the graph's inputs or from earlier pieces, as outputs what later pieces or the graph's
+outputs read. The pieces run in order, each fed what the earlier ones computed; an output
+that is a constant, or a graph input, is taken as it is. Every operator sees the same
+operands as in the whole graph, so the outputs are the same, bit for bit (tests/runtime pin
+it).
 
 A cut never crosses a tensor the reference model's Python binding cannot pass (INT48
 accumulators, shapes): the piece grows until it does not.
@@ -35,6 +37,13 @@ from . import tosa_copy, tosa_flatbuffer
 _CONST_OPS = (ts.Op.CONST, ts.Op.CONST_SHAPE)
 _PASSABLE = {"BOOL", "INT8", "INT16", "INT32", "FP16", "FP32"}  # across a cut
 MAX_OPS = 500
+MIN_OPS = 25
+
+
+def piece_size(ops: int) -> int:
+    """Pieces for a graph of `ops` non-constant operators: a tenth of it, from MIN_OPS up
+    to MAX_OPS (docs/results/reference_pieces.md)."""
+    return min(MAX_OPS, max(MIN_OPS, ops // 10))
 
 
 @dataclasses.dataclass(frozen=True)

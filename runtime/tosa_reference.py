@@ -77,12 +77,13 @@ def _prepare_input(
 
 
 @functools.lru_cache(maxsize=4)
-def _pieces(buf: bytes, piece_ops: int) -> Optional[tosa_pieces.Pieces]:
-    """`buf` split for the reference model (tosa_pieces), or None to run it whole: decided
-    once per graph, not once per sample of a stream."""
-    if tosa_flatbuffer.count_ops(buf, include_constants=False) > piece_ops:
-        return tosa_pieces.split(buf, piece_ops)
-    return None
+def _pieces(buf: bytes, piece_ops: Optional[int]) -> Optional[tosa_pieces.Pieces]:
+    """`buf` split for the reference model (tosa_pieces; `piece_ops` None: its
+    piece_size), or None to run it whole: decided once per graph, not once per sample of a
+    stream."""
+    ops = tosa_flatbuffer.count_ops(buf, include_constants=False)
+    size = piece_ops or tosa_pieces.piece_size(ops)
+    return tosa_pieces.split(buf, size) if ops > size else None
 
 
 def run(
@@ -98,10 +99,9 @@ def run(
 
     With `output_quant[i]` set, output i is dequantized to float32; otherwise it is returned in
     the graph's own element type (e.g. int8). `precise_mode` computes float ops in fp64.
-    A graph of more than `piece_ops` operators (default: tosa_pieces.MAX_OPS) runs in
-    pieces of that many (tosa_pieces: the same results, in a fraction of the time).
+    A graph of more than `piece_ops` operators (default: tosa_pieces.piece_size of it)
+    runs in pieces of that many (tosa_pieces: the same results, in a fraction of the time).
     """
-    piece_ops = piece_ops or tosa_pieces.MAX_OPS
     buf = tosa_flatbuffer.load_bytes(tosa)
     in_infos, out_infos = tosa_flatbuffer.graph_io(buf)
     if len(inputs) != len(in_infos):
