@@ -101,7 +101,7 @@ class ArmPlan:
 
 
 def target_family(target: str) -> str:
-    """ "ethos-u55" for "ethos-u55-128"; a TOSA target is its own family."""
+    """A target's family, "ethos-u55" for "ethos-u55-128"; a TOSA target is its own."""
     return target.lower().rsplit("-", 1)[0] if target.startswith("ethos-u") else target
 
 
