@@ -22,6 +22,9 @@ docs/precision.md, "What the Ethos-U55 int16 figures rest on"):
   non-shift output scale of a 32-bit operation): a Cast to int32 and a 32-bit MUL by the
   multiplier; CLAMPs as 1x1 pools that clip; 32-bit ADD/SUB/MUL. `run` executes a whole
   command stream of ELEMENTWISE and 1x1 POOL operations (`operations`, `compute`).
+- REDUCE_SUM (a TOSA REDUCE_SUM, or a mean: the sum and its RESCALE): a 1x1 POOL in mode
+  SUM over the IFM's depth (regor's GenerateOperationCode; it transposes the reduced axis
+  there), the exact sum times the OFM scale, rounded as its ROUND_MODE says.
 
 `inventory` sorts every operation of a program's command stream by what the figure rests on
 for it (`rests_on`: the CLI's numerics.hardware; benchmarks/u55_forms.py), and
@@ -188,6 +191,7 @@ _REG = {  # register name -> opcode (cmd0: 16-bit param; cmd1: 0x4000 | n, 32-bi
     "IFM_PAD_LEFT": 0x101,
     "IFM_PAD_RIGHT": 0x102,
     "IFM_PAD_BOTTOM": 0x103,
+    "IFM_DEPTH_M1": 0x104,
     "IFM_PRECISION": 0x105,
     "IFM_UPSCALE": 0x107,
     "IFM_ZERO_POINT": 0x109,
@@ -205,9 +209,11 @@ _REG = {  # register name -> opcode (cmd0: 16-bit param; cmd1: 0x4000 | n, 32-bi
     "KERNEL_WIDTH_M1": 0x120,
     "KERNEL_HEIGHT_M1": 0x121,
     "KERNEL_STRIDE": 0x122,
+    "ACC_FORMAT": 0x124,  # 0: I32, 1: I40, 2: F16
     "ACTIVATION": 0x125,
     "ACTIVATION_MIN": 0x126,
     "ACTIVATION_MAX": 0x127,
+    "SCALE_REGION": 0x129,
     "DMA0_SRC_REGION": 0x130,
     "DMA0_DST_REGION": 0x131,
     "IFM2_BROADCAST": 0x180,
@@ -225,6 +231,8 @@ _REG = {  # register name -> opcode (cmd0: 16-bit param; cmd1: 0x4000 | n, 32-bi
     "OFM_STRIDE_X": 0x4014,
     "OFM_STRIDE_Y": 0x4015,
     "OFM_STRIDE_C": 0x4016,
+    "SCALE_BASE": 0x4022,
+    "SCALE_LENGTH": 0x4023,
     "OFM_SCALE": 0x4024,
     "OPA_SCALE": 0x4025,
     "OPB_SCALE": 0x4026,
@@ -237,7 +245,7 @@ _REG = {  # register name -> opcode (cmd0: 16-bit param; cmd1: 0x4000 | n, 32-bi
     "IFM2_STRIDE_C": 0x4086,
 }
 ELEMENTWISE_ALL = {0: "MUL", 1: "ADD", 2: "SUB", 3: "MIN", 4: "MAX"}  # the rest: refused
-POOL_MODES = {0: "MAX", 1: "AVERAGE"}
+POOL_MODES = {0: "MAX", 1: "AVERAGE", 2: "SUM"}  # SUM: regor's REDUCE_SUM, over the IFM depth
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,16 +391,17 @@ def scaled(acc, scale: int, shift: int, rounding: str):
 def compute(op: Operation, a, b=None, lut_words: np.ndarray | None = None) -> np.ndarray:
     """What the NPU computes for `op` on its operands (as read, before zero points): the
     product, the OPA/OPB-scaled sum or difference, min or max (ELEMENTWISE), the value
-    (a 1x1 POOL), times the OFM scale, rounded, plus the OFM zero point, saturated to the
-    OFM's bits, then the LUT (activation TABLE_k) and the ACTIVATION_MIN/MAX clip (an
-    8/16-bit OFM only). Configurations our programs do not hold are refused."""
+    (a 1x1 POOL) or its sum over the last axis (SUM), times the OFM scale, rounded, plus
+    the OFM zero point, saturated to the OFM's bits, then the LUT (activation TABLE_k) and
+    the ACTIVATION_MIN/MAX clip (an 8/16-bit OFM only). Configurations our programs do not
+    hold are refused."""
     if op.rounding[1] not in ("NATURAL", "DBL", "TRUNCATE"):
         raise ValueError(f"not modelled: {op}")
     x = np.asarray(a, np.int64).astype(object) - op.zero_points[0]
     if op.kind == "POOL":
-        if op.kernel != (1, 1) or op.mode not in ("AVERAGE", "MAX"):
+        if op.kernel != (1, 1) or op.mode not in ("AVERAGE", "MAX", "SUM"):
             raise ValueError(f"not modelled: {op}")
-        acc = x
+        acc = x.sum(axis=-1, keepdims=True) if op.mode == "SUM" else x
     else:
         y = np.asarray(b, np.int64).astype(object) - op.zero_points[1]
         if op.operand_order == "A":
@@ -441,6 +450,17 @@ class _Memory:
 
 
 _DTYPES = {8: "<i1", 16: "<i2", 32: "<i4"}
+
+
+def _dma(memory: _Memory, regs: _Registers, shram: dict):
+    """A DMA_START: constant memory -> SHRAM (a LUT, kept in `shram` by address) or another
+    region."""
+    src, dst = regs.param("DMA0_SRC_REGION"), regs.param("DMA0_DST_REGION")
+    data = memory.read(src & 7, regs.payload("DMA0_SRC"), regs.payload("DMA0_LEN"))
+    if dst >> 8 & 1:
+        shram[regs.payload("DMA0_DST")] = data
+    else:
+        memory.write(dst & 7, regs.payload("DMA0_DST"), data)
 
 
 def _addresses(shape, base, strides, nhcwb16, elem) -> np.ndarray:
@@ -497,13 +517,8 @@ def run(npz, inputs, trace: list | None = None, model=None) -> list[np.ndarray]:
     for op, regs in _walk(bytes(npz["cmd_data"].item())):
         if isinstance(op, str):
             raise ValueError("a convolution: not modelled by run")
-        if op is None:  # DMA_START: constant memory -> SHRAM (a LUT) or another region
-            src, dst = regs.param("DMA0_SRC_REGION"), regs.param("DMA0_DST_REGION")
-            data = memory.read(src & 7, regs.payload("DMA0_SRC"), regs.payload("DMA0_LEN"))
-            if dst >> 8 & 1:
-                shram_luts[regs.payload("DMA0_DST")] = data
-            else:
-                memory.write(dst & 7, regs.payload("DMA0_DST"), data)
+        if op is None:
+            _dma(memory, regs, shram_luts)
             continue
         ifm_p = regs.precision("IFM_PRECISION")
         ofm_p = regs.precision("OFM_PRECISION", ofm=True)
@@ -515,7 +530,10 @@ def run(npz, inputs, trace: list | None = None, model=None) -> list[np.ndarray]:
             raise ValueError("a strided pool: not modelled")
         if regs.param("IFM_UPSCALE"):
             raise ValueError("IFM upscaling: not modelled")
-        region, where = _feature_map(regs, "IFM", op.shape, op.bits[0], ifm_p[2])
+        shape = op.shape
+        if op.mode == "SUM":  # over the IFM's depth, into an OFM of depth 1
+            shape = (*op.shape[:2], regs.param("IFM_DEPTH_M1") + 1)
+        region, where = _feature_map(regs, "IFM", shape, op.bits[0], ifm_p[2])
         a = _load(memory, region, where, op.bits[0])
         b = None
         if op.kind == "ELEMENTWISE":
@@ -608,15 +626,22 @@ def standing(op: Operation) -> str:
     return WIDE if max(bits) > 16 else MODELLED
 
 
-def inventory(cmd_data: bytes):
+def inventory(cmd_data: bytes, weights: tuple | None = None):
     """(standing, LUT, form, int16) of each NPU operation of the command stream, in order:
     ELEMENTWISE and POOL by `standing` and `describe`, a convolution as INT8 or CONV16 by its
     IFM; LUT True where a 16-bit LUT is its activation; int16 True where an operand or the
     result is 16-bit (a program without any is an int8 one, whose forms are not in question
-    here)."""
+    here). With `weights` (region, bytes: Vela's weight_data), an int8 convolution with a
+    32-bit result is WIDE where its scale stream holds unit scales (`Convolution`)."""
     known: dict = {}
+    memory = None
+    if weights is not None:
+        memory = _Memory()
+        memory.write(weights[0], 0, weights[1])
     for op, regs in _walk(cmd_data):
         if op is None:
+            if memory is not None:
+                _dma(memory, regs, {})
             continue
         if isinstance(op, str):
             ifm = regs.precision("IFM_PRECISION")[0]
@@ -625,12 +650,70 @@ def inventory(cmd_data: bytes):
             lut = regs.param("ACTIVATION") & 0x1F >= 16 and ofm == 16
             form = f"{op} i{ifm}>i{ofm} kernel{kernel}" + (" LUT" if lut else "")
             standing_ = CONV16 if ifm == 16 else INT8 if ofm == 8 else NOT_MODELLED
+            if (ifm, ofm) == (8, 32) and memory is not None:
+                if _convolution(memory, regs).unit_scales:
+                    standing_, form = WIDE, form + " unit scales"
             yield standing_, lut, form, 16 in (ifm, ofm)
             continue
         if op.signature not in known:  # a loop form repeats a few forms thousands of times
             known[op.signature] = standing(op), describe(op)
         lut = op.activation >= 16 and op.bits[2] == 16
         yield known[op.signature][0], lut, known[op.signature][1], 16 in op.bits
+
+
+@dataclasses.dataclass(frozen=True)
+class Convolution:
+    """One convolution command with its scale stream: (bias, scale, shift) per OFM channel,
+    the 10-byte records regor's EthosU55WeightEncoder writes (EncodeBias: a 40-bit bias, a
+    32-bit scale, a 6-bit shift), read where SCALE_BASE points once the DMAs before it ran."""
+
+    bits: tuple  # (ifm, ofm)
+    accumulator: int  # ACC_FORMAT: 0 I32, 1 I40, 2 F16
+    activation: int
+    bias: np.ndarray
+    scale: np.ndarray
+    shift: np.ndarray
+
+    @property
+    def unit_scales(self) -> bool:
+        """Whether it writes its 32-bit accumulator plus bias as is (every channel at scale
+        (1, 0), no activation): then an int8 convolution to int32 equals TOSA's int8 CONV2D
+        exactly, if the NPU does not clip a 32-bit OFM to ACTIVATION_MIN/MAX (WIDE's
+        assumption)."""
+        return bool(
+            self.accumulator == 0
+            and self.activation == 0
+            and np.all(self.scale == 1)
+            and np.all(self.shift == 0)
+        )
+
+
+def _convolution(memory: _Memory, regs: _Registers) -> Convolution:
+    depth = regs.param("OFM_DEPTH_M1") + 1
+    data = memory.read(regs.param("SCALE_REGION") & 7, regs.payload("SCALE_BASE"), 10 * depth)
+    records = np.frombuffer(data, np.uint8).reshape(depth, 10).astype(np.int64)
+    bias = sum(records[:, k] << (8 * k) for k in range(5))
+    return Convolution(
+        bits=(regs.precision("IFM_PRECISION")[0], regs.precision("OFM_PRECISION", ofm=True)[0]),
+        accumulator=regs.param("ACC_FORMAT"),
+        activation=regs.param("ACTIVATION") & 0x1F,
+        bias=np.where(bias >= 1 << 39, bias - (1 << 40), bias),
+        scale=sum(records[:, 5 + k] << (8 * k) for k in range(4)),
+        shift=records[:, 9] & 0x3F,
+    )
+
+
+def convolutions(cmd_data: bytes, weights: tuple) -> list[Convolution]:
+    """Each convolution of the command stream with its scale stream, in order; `weights`
+    (region, bytes) is Vela's weight_data."""
+    memory, found = _Memory(), []
+    memory.write(weights[0], 0, weights[1])
+    for op, regs in _walk(cmd_data):
+        if op is None:
+            _dma(memory, regs, {})
+        elif op == "CONV":
+            found.append(_convolution(memory, regs))
+    return found
 
 
 _CONVOLUTIONS = {"CONV2D": (1, 2, 3), "DEPTHWISE_CONV2D": (0, 1), "TRANSPOSE_CONV2D": (1, 2, 3)}
@@ -747,7 +830,8 @@ def rests_on(npz_files, tosa_files) -> dict | None:
     for path in npz_files:
         with np.load(path) as npz:
             cmd_data = bytes(npz["cmd_data"].item())
-        for standing, lut, _, sixteen in inventory(cmd_data):
+            weights = (int(npz["weight_region"]), bytes(npz["weight_data"].item()))
+        for standing, lut, _, sixteen in inventory(cmd_data, weights):
             counts[standing] += 1
             luts += lut
             int16 += sixteen
