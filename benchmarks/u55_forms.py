@@ -99,7 +99,8 @@ def classify(record: dict, work: pathlib.Path) -> dict:
                              f"{record['cycles']}: not the same program")  # fmt: skip
     npz = np.load(npz_path)
     standings, forms = collections.Counter(), collections.Counter()
-    for standing, lut, form, _ in u55.inventory(bytes(npz["cmd_data"].item())):
+    weights = (int(npz["weight_region"]), bytes(npz["weight_data"].item()))
+    for standing, lut, form, _ in u55.inventory(bytes(npz["cmd_data"].item()), weights):
         standings[standing] += 1
         standings[LUT] += lut
         forms[(standing, form)] += 1
