@@ -39,6 +39,7 @@ import torch
 from torch.fx import Node
 
 from ..plan import INT8_ONLY, step_product, target_family
+from ..quantization import transposed
 from ..recurrent_ops import aten as aten_ops
 
 COSTS_FILE = pathlib.Path(__file__).with_name("costs.json")
@@ -255,8 +256,8 @@ def features(ep: torch.export.ExportedProgram) -> Features:
                 f.boundary_elems += _numel(node.args[0])
         elif node.target in _ACTIVATIONS:
             f.activation_elems += _numel(node)
-        if node.target not in aten_ops.TARGET_OPS:
-            f.rest_ops[node.target] += 1
+        if node.target not in aten_ops.TARGET_OPS and not transposed.takes(node):
+            f.rest_ops[node.target] += 1  # (a transposed convolution of stride 1 is a conv)
     return f
 
 

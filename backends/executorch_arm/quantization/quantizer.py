@@ -3,6 +3,8 @@
 The quantization of a plan, in the order it runs:
 
   transform_for_annotation
+    0a. where the target runs transposed convolutions in int8 only, those of stride 1 as
+       the convolutions they are (transposed.py);
     0. in int16, a magnitude sqrt(a*a + b*b) over three ranges (magnitude.py), from the
        float values on `float_samples`;
     1. recurrent ops become the core's elementary ops (emission.decompose, the plan's core
@@ -42,7 +44,7 @@ from ..emission.origin import layer_of
 from ..loop.quantization import annotate_loops
 from ..plan import ArmPlan, quantization_config
 from ..recurrent_ops.aten import MODULE_TYPES
-from . import clip, magnitude, regions, states, table_inputs, weight_parts, weights
+from . import clip, magnitude, regions, states, table_inputs, transposed, weight_parts, weights
 
 _Q_KEY = "quantization_annotation"
 
@@ -53,9 +55,12 @@ class _Policies:
     state_pairs: list = []  # (initial state input, final state output index), found in TFA
     float_samples: list = []  # calibration inputs, for ranges needed before annotation
     magnitudes = 0  # after TFA: magnitudes computed over three ranges
+    as_convolutions = 0  # after TFA: transposed convolutions of stride 1 made convolutions
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
+        if plan.int8_only:  # those of stride 1 are convolutions, in the region's precision
+            self.as_convolutions = transposed.as_convolutions(model, plan.int8_only)
         if plan.activations == "int16":
             self.magnitudes = magnitude.split(model, self.float_samples)
         share = plan.share_state and not plan.keep_recurrent_on_cpu
