@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from recurrent_lowering.backends.executorch_arm.quantization import transposed
+
 _TRANSPOSED = nn.modules.conv._ConvTransposeNd
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
@@ -61,17 +63,11 @@ def _unfuse_grouped_transposed_bn(gm: torch.fx.GraphModule) -> int:
 def _as_conv(t: nn.Module):
     """The convolution a stride-1 transposed one equals, or None."""
     k = t.kernel_size
-    padding = [d * (n - 1) - p for d, n, p in zip(t.dilation, k, t.padding)]
-    if (
-        set(t.stride) != {1}
-        or any(t.output_padding)
-        or t.padding_mode != "zeros"
-        or min(padding) < 0
-    ):
+    padding = transposed.convolution_padding(k, t.stride, t.padding, t.output_padding, t.dilation)
+    if padding is None or t.padding_mode != "zeros":
         return None
     groups, (cin, cout_g) = t.groups, t.weight.shape[:2]
-    w = t.weight.detach().reshape(groups, cin // groups, cout_g, *k).transpose(1, 2)
-    w = w.reshape(groups * cout_g, cin // groups, *k).flip(list(range(2, 2 + len(k))))
+    w = transposed.convolution_weight(t.weight.detach(), groups)
     conv = _CONV[len(k)](
         cin,
         groups * cout_g,

@@ -9,11 +9,12 @@ an ordinary convolution:
         = conv(x, W', padding d * (k - 1) - p, dilation d, groups g)
 
 W' being each group's W with its input and output channels swapped and its kernel flipped
-(exact in real arithmetic). GTCRN's decoder holds nine such (1x1 and dilated depthwise
-3x3) and two of stride 2 (which stay int8). Applied before annotation
-(quantizer.transform_for_annotation) when the plan has modules the target runs in int8
-only; the rewritten node leaves the transposed module out of its module stack, so the
-quantizer's set_module_type for that module no longer takes it.
+(exact in real arithmetic; onnx_to_torch/npu_forms.py makes grouped ones so for every
+target, ExecuTorch refusing them grouped). GTCRN's decoder holds six such of groups 1,
+1x1 ones whose outputs its attention reads, and two of stride 2, which stay int8.
+Applied before annotation (quantizer.transform_for_annotation) when the plan has modules
+the target runs in int8 only; the rewritten node leaves the transposed module out of its
+module stack, so the quantizer's set_module_type for that module no longer takes it.
 """
 
 from __future__ import annotations
@@ -75,12 +76,15 @@ def _padding(node: Node) -> "list | None":
     val = a["weight"].meta.get("val") if isinstance(a["weight"], Node) else None
     if val is None:
         return None
-    kernel = tuple(val.shape[2:])
-    stride, output_padding = (
-        _per_axis(a["stride"], len(kernel)),
-        _per_axis(a["output_padding"], len(kernel)),
-    )
-    dilation, padding = _per_axis(a["dilation"], len(kernel)), _per_axis(a["padding"], len(kernel))
+    axes = len(val.shape) - 2
+    keys = ("stride", "padding", "output_padding", "dilation")
+    return convolution_padding(tuple(val.shape[2:]), **{k: _per_axis(a[k], axes) for k in keys})
+
+
+def convolution_padding(kernel, stride, padding, output_padding, dilation) -> "list | None":
+    """The padding of the convolution a transposed one equals, d * (k - 1) - p per axis;
+    None unless it has stride 1, no output padding and no padding beyond the kernel's
+    reach (a crop)."""
     padding = [d * (k - 1) - p for d, k, p in zip(dilation, kernel, padding)]
     if any(s != 1 for s in stride) or any(output_padding) or min(padding) < 0:
         return None
