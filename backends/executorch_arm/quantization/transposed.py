@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
+from .weight_parts import constant
+
 aten = torch.ops.aten
 _AS_CONVOLUTION = {
     aten.conv_transpose1d.default: aten.conv1d.default,
@@ -47,15 +49,6 @@ def _per_axis(value, axes: int) -> list:
     return (
         list(value) * (axes // len(value)) if isinstance(value, (list, tuple)) else [value] * axes
     )
-
-
-def _constant(gm: GraphModule, node) -> "torch.Tensor | None":
-    if not isinstance(node, Node) or node.op != "get_attr":
-        return None
-    value = gm
-    for name in node.target.split("."):
-        value = getattr(value, name, None)
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def convolution_weight(weight: torch.Tensor, groups: int) -> torch.Tensor:
@@ -103,8 +96,10 @@ def as_convolutions(gm: GraphModule, module_types) -> int:
     count = 0
     for node in list(gm.graph.nodes):
         padding = _padding(node)
-        a = _arguments(node) if padding is not None else {}
-        weight = _constant(gm, a.get("weight"))
+        if padding is None:
+            continue
+        a = _arguments(node)
+        weight = constant(gm, a["weight"])
         if weight is None:
             continue
         axes = len(padding)

@@ -38,7 +38,8 @@ def parts(weight: torch.Tensor, qmax: int) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, weight.detach() - hi
 
 
-def _constant(gm: GraphModule, node) -> "torch.Tensor | None":
+def constant(gm: GraphModule, node) -> "torch.Tensor | None":
+    """The tensor a get_attr `node` of `gm` reads; None for anything else."""
     if not isinstance(node, Node) or node.op != "get_attr":
         return None
     value = gm
@@ -64,7 +65,7 @@ def split(gm: GraphModule, qmax: int, skip=lambda node: False) -> int:
         if node.op != "call_function" or node.target not in _PRODUCTS or skip(node):
             continue
         weight_node = node.args[1]
-        weight = _constant(gm, weight_node)
+        weight = constant(gm, weight_node)
         if weight is None or not weight.is_floating_point():
             continue
         hi, lo = parts(weight, qmax)
