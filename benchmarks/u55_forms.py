@@ -99,8 +99,9 @@ def classify(record: dict, work: pathlib.Path) -> dict:
                              f"{record['cycles']}: not the same program")  # fmt: skip
     npz = np.load(npz_path)
     standings, forms = collections.Counter(), collections.Counter()
-    weights = (int(npz["weight_region"]), bytes(npz["weight_data"].item()))
-    for standing, lut, form, _ in u55.inventory(bytes(npz["cmd_data"].item()), weights):
+    for standing, lut, form, _ in u55.inventory(
+        bytes(npz["cmd_data"].item()), u55.weight_data(npz)
+    ):
         standings[standing] += 1
         standings[LUT] += lut
         forms[(standing, form)] += 1

@@ -452,6 +452,19 @@ class _Memory:
 _DTYPES = {8: "<i1", 16: "<i2", 32: "<i4"}
 
 
+def weight_data(npz) -> tuple:
+    """(region, bytes) of the weight data in Vela's .npz (loaded), as `inventory` and
+    `convolutions` take it."""
+    return int(npz["weight_region"]), bytes(npz["weight_data"].item())
+
+
+def _memory(weights: tuple) -> _Memory:
+    """Memory holding the weight data (`weight_data`), as the program starts."""
+    memory = _Memory()
+    memory.write(weights[0], 0, weights[1])
+    return memory
+
+
 def _dma(memory: _Memory, regs: _Registers, shram: dict):
     """A DMA_START: constant memory -> SHRAM (a LUT, kept in `shram` by address) or another
     region."""
@@ -507,8 +520,7 @@ def run(npz, inputs, trace: list | None = None, model=None) -> list[np.ndarray]:
     `trace` a list, (Operation, IFM, IFM2 or None, OFM values) of each operation is
     appended to it. `model` (default `compute`) computes each operation."""
     model = model or compute
-    memory = _Memory()
-    memory.write(int(npz["weight_region"]), 0, bytes(npz["weight_data"].item()))
+    memory = _memory(weight_data(npz))
     for k, value in enumerate(inputs):
         size = int(npz["input_elem_size"][k])
         data = np.ascontiguousarray(np.asarray(value).astype(_DTYPES[8 * size])).tobytes()
@@ -634,10 +646,7 @@ def inventory(cmd_data: bytes, weights: tuple | None = None):
     here). With `weights` (region, bytes: Vela's weight_data), an int8 convolution with a
     32-bit result is WIDE where its scale stream holds unit scales (`Convolution`)."""
     known: dict = {}
-    memory = None
-    if weights is not None:
-        memory = _Memory()
-        memory.write(weights[0], 0, weights[1])
+    memory = _memory(weights) if weights is not None else None
     for op, regs in _walk(cmd_data):
         if op is None:
             if memory is not None:
@@ -706,8 +715,7 @@ def _convolution(memory: _Memory, regs: _Registers) -> Convolution:
 def convolutions(cmd_data: bytes, weights: tuple) -> list[Convolution]:
     """Each convolution of the command stream with its scale stream, in order; `weights`
     (region, bytes) is Vela's weight_data."""
-    memory, found = _Memory(), []
-    memory.write(weights[0], 0, weights[1])
+    memory, found = _memory(weights), []
     for op, regs in _walk(cmd_data):
         if op is None:
             _dma(memory, regs, {})
@@ -830,7 +838,7 @@ def rests_on(npz_files, tosa_files) -> dict | None:
     for path in npz_files:
         with np.load(path) as npz:
             cmd_data = bytes(npz["cmd_data"].item())
-            weights = (int(npz["weight_region"]), bytes(npz["weight_data"].item()))
+            weights = weight_data(npz)
         for standing, lut, _, sixteen in inventory(cmd_data, weights):
             counts[standing] += 1
             luts += lut

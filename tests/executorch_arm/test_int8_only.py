@@ -112,7 +112,7 @@ def _the_int8_island_is_modelled(result, tosa):
     (path,) = sorted(result.vela.output_dir.rglob("*_vela.npz"))
     with np.load(path) as npz:
         cmd_data = bytes(npz["cmd_data"].item())
-        weights = (int(npz["weight_region"]), bytes(npz["weight_data"].item()))
+        weights = u55.weight_data(npz)
     wide = [c for c in u55.convolutions(cmd_data, weights) if c.bits == (8, 32)]
     assert len(wide) == 1 and wide[0].unit_scales
     (bias,) = tosa_flatbuffer.op_inputs(tosa, "TRANSPOSE_CONV2D", 2)
