@@ -56,6 +56,7 @@ import weakref
 import numpy as np
 import torch
 from torchao.quantization.pt2e import observer
+from torchao.quantization.pt2e.quantizer import QuantizationSpec
 
 from ..threads import one_thread
 
@@ -244,6 +245,18 @@ def calibrate(module: torch.nn.Module, samples, run=None, budget: int = 1 << 28)
             o._recorded = None
 
 
+def int16_histogram(spec) -> bool:
+    """`spec` is an int16 symmetric activation spec our HistogramObserver observes: one
+    `capped` and `widened` take."""
+    return (
+        isinstance(spec, QuantizationSpec)
+        and spec.dtype == torch.int16
+        and spec.qscheme in (torch.per_tensor_symmetric, None)
+        and getattr(spec.observer_or_fake_quant_ctr, "p", None) is not None
+        and spec.observer_or_fake_quant_ctr.p.func is HistogramObserver
+    )
+
+
 class CappedHistogramObserver(HistogramObserver):
     """A symmetric observer whose scale is at most `max_scale`: the values beyond
     max_scale * quant_max saturate (quantization.table_inputs: a table's input)."""
@@ -268,6 +281,33 @@ def capped(spec, max_scale: float):
     if partial.func is not HistogramObserver:
         raise TypeError(f"cannot cap the scale of {partial.func.__name__}")
     ctr = CappedHistogramObserver.with_args(*partial.args, **partial.keywords, max_scale=max_scale)
+    return dataclasses.replace(spec, observer_or_fake_quant_ctr=ctr)
+
+
+class WidenedHistogramObserver(HistogramObserver):
+    """An observer whose range is `factor` times the one its histogram search finds, then
+    floored at eps as before (quantization.inputs: a model input's headroom)."""
+
+    def __init__(self, *args, factor: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.factor = factor
+
+    def calculate_qparams(self):
+        if self._pinned is not None or self.min_val == float("inf"):
+            return super().calculate_qparams()  # pinned, or nothing observed
+        low, high = self._non_linear_param_search()
+        return self._calculate_qparams(low * self.factor, high * self.factor)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, factor={self.factor}"
+
+
+def widened(spec, factor: float):
+    """`spec` (observed by our HistogramObserver) with its range `factor` times wider."""
+    partial = spec.observer_or_fake_quant_ctr.p
+    if partial.func is not HistogramObserver:
+        raise TypeError(f"cannot widen the range of {partial.func.__name__}")
+    ctr = WidenedHistogramObserver.with_args(*partial.args, **partial.keywords, factor=factor)
     return dataclasses.replace(spec, observer_or_fake_quant_ctr=ctr)
 
 

@@ -26,7 +26,8 @@ The quantization of a plan, in the order it runs:
        (regions.py);
     7. recurrent layers kept on the CPU: no annotation inside them (float);
     8. a streaming model's final states in their initial states' groups (states.py; the
-       pairs found in step 1, before the ops are decomposed).
+       pairs found in step 1, before the ops are decomposed);
+    9. every other int16 program input with headroom over its calibrated range (inputs.py).
 
 Subclasses of ExecuTorch's public quantizer classes; nothing in ExecuTorch is changed.
 """
@@ -44,7 +45,17 @@ from ..emission.origin import layer_of
 from ..loop.quantization import annotate_loops
 from ..plan import ArmPlan, quantization_config
 from ..recurrent_ops.aten import MODULE_TYPES
-from . import clip, magnitude, regions, states, table_inputs, transposed, weight_parts, weights
+from . import (
+    clip,
+    inputs,
+    magnitude,
+    regions,
+    states,
+    table_inputs,
+    transposed,
+    weight_parts,
+    weights,
+)
 
 _Q_KEY = "quantization_annotation"
 
@@ -56,6 +67,7 @@ class _Policies:
     float_samples: list = []  # calibration inputs, for ranges needed before annotation
     magnitudes = 0  # after TFA: magnitudes computed over three ranges
     as_convolutions = 0  # after TFA: transposed convolutions of stride 1 made convolutions
+    widened_inputs = 0  # after annotate: program inputs given headroom
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
@@ -105,6 +117,8 @@ class _Policies:
         if plan.keep_recurrent_on_cpu:
             _float_recurrent_layers(graph)
         states.share_states(graph, self.state_pairs)
+        stream = {name for name, _ in self.state_pairs} | set(plan.state_inputs)
+        self.widened_inputs = inputs.widen_inputs(graph, stream)
         return model
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.fx import Graph, Node
 from torchao.quantization.pt2e.quantizer import FixedQParamsQuantizationSpec, QuantizationSpec
 
-from ..compat.histogram_observer import HistogramObserver, capped
+from ..compat.histogram_observer import capped, int16_histogram
 
 _Q_KEY = "quantization_annotation"
 
@@ -38,12 +38,12 @@ def cap_table_inputs(graph: Graph) -> int:
             continue
         source, inputs = node.args[0], node.meta[_Q_KEY].input_qspec_map
         edge = inputs.get(source) if isinstance(source, Node) else None
-        if not _capable(edge):
+        if not int16_histogram(edge):
             continue  # int8, or a fixed or shared range
         max_scale = MAX_SCALE[node.target]
         producer = source.meta.get(_Q_KEY)
         spec = getattr(producer, "output_qspec", None)
-        if len(source.users) == 1 and _capable(spec) and _shares(edge, spec):
+        if len(source.users) == 1 and int16_histogram(spec) and _shares(edge, spec):
             producer.output_qspec = capped(spec, max_scale)
             inputs[source] = producer.output_qspec
         elif edge.observer_or_fake_quant_ctr.p.keywords.get("eps") == max_scale:
@@ -73,14 +73,4 @@ def _shares(edge, output) -> bool:
     attributes = ("dtype", "quant_min", "quant_max", "qscheme", "ch_axis", "is_dynamic")
     return isinstance(edge, QuantizationSpec) and all(
         getattr(edge, a) == getattr(output, a) for a in attributes
-    )
-
-
-def _capable(spec) -> bool:
-    return (
-        isinstance(spec, QuantizationSpec)
-        and spec.dtype == torch.int16
-        and spec.qscheme in (torch.per_tensor_symmetric, None)
-        and getattr(spec.observer_or_fake_quant_ctr, "p", None) is not None
-        and spec.observer_or_fake_quant_ctr.p.func is HistogramObserver
     )
