@@ -14,6 +14,9 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
   --sensitivity  the fp32 model with Gaussian noise of a relative RMS added to its state
                  outputs (or to its first input) every frame: the closed loop's own gain on
                  noise, which no quantization can beat
+  --clip_inputs  the fp32 model with each input but the states clipped to the range the
+                 calibration samples span: what a quantize at that range loses on held-out
+                 input louder than the calibration, before any rounding
   --sqrt_table N the fp32 model with each sqrt replaced by an N-entry linearly interpolated
                  table over [0, its largest input in calibration] (ExecuTorch's int16 sqrt:
                  513 entries), everything else float
@@ -154,6 +157,11 @@ def main() -> None:
     parser.add_argument("--quantization", default="int8", help="int8, int16 or int16_state")
     parser.add_argument("--roles", action="store_true")
     parser.add_argument("--sensitivity", action="store_true")
+    parser.add_argument(
+        "--clip_inputs",
+        action="store_true",
+        help="fp32 with each input but the states clipped to the calibration's range",
+    )
     parser.add_argument("--tosa", action="store_true")
     parser.add_argument("--lut_down", action="store_true", help="with --tosa")
     parser.add_argument("--sqrt_table", type=int, default=0)
@@ -275,6 +283,25 @@ def main() -> None:
                 key = f"{where} noise {e:g}"
                 results["sensitivity"][key] = score(accuracy.outputs(noisy, evaluation))
                 print(key, results["sensitivity"][key], flush=True)
+    if args.clip_inputs:
+        states = {i for i, _ in state}
+        bounds = {
+            i: (
+                min(float(s[i].min()) for s in calibrate),
+                max(float(s[i].max()) for s in calibrate),
+            )
+            for i in range(len(example))
+            if i not in states and example[i].is_floating_point()
+        }
+
+        def clipped(inputs):
+            inputs = [np.asarray(a) for a in inputs]
+            for i, (low, high) in bounds.items():
+                inputs[i] = np.clip(inputs[i], low, high)
+            return fp32(inputs)
+
+        results["clip_inputs"] = {**score(accuracy.outputs(clipped, evaluation)), "bounds": bounds}
+        print("inputs clipped to the calibration's range", results["clip_inputs"], flush=True)
     if args.roles:
         roles = collections.defaultdict(list)
         for q, chain in sa.lossy_quantizes(converted).items():

@@ -4,11 +4,12 @@ A program input is quantized on the CPU at the delegate's boundary, so a value b
 calibrated range is clipped before anything on the NPU sees it. Calibration audio is
 rarely as loud as what the model meets: DTLN's |rfft| input reaches 38 on the benchmark's
 calibration (espeak-ng's sentences) and 70 on its held-out recordings, where 22 of 300
-frames pass 38. The fp32 model alone with its input clipped at 38 reads 20.65 dB on its
-fed-back state (benchmarks/input_headroom.py); its int16 program read 20.3. In int16 the
-range can spare a bit: every int16 input but a stream's fed-back states is observed over
-`HEADROOM` times the range its histogram search finds (then floored at the observer's eps
-as before, so an input whose floored range already covers that keeps its scale). States
+frames pass 38. The fp32 model alone with its input clipped at 38 reads 20.6 dB on its
+fed-back state (`benchmarks/stream_attribution.py --clip_inputs`); its int16 program read
+20.5 on the TOSA reference model, and 34.1 with this headroom. In int16 the range can
+spare a bit: every int16 input but a stream's fed-back states is observed over `HEADROOM`
+times the range its histogram search finds (then floored at the observer's eps as before,
+so an input whose floored range already covers that keeps its scale). States
 keep their calibrated range: they are the program's own outputs fed back, within what the
 calibration stream produced, and each bit of theirs counts in the closed loop.
 """
