@@ -285,16 +285,18 @@ def capped(spec, max_scale: float):
 
 
 class WidenedHistogramObserver(HistogramObserver):
-    """An observer whose range is `factor` times the one its histogram search finds, then
-    floored at eps as before (quantization.inputs: a model input's headroom)."""
+    """An observer whose range is `factor` times the one its histogram search finds where
+    that range is above eps's floor; a range under the floor keeps it, already wider
+    (quantization.inputs: a model input's headroom)."""
 
     def __init__(self, *args, factor: float, **kwargs):
         super().__init__(*args, **kwargs)
         self.factor = factor
 
     def calculate_qparams(self):
-        if self._pinned is not None or self.min_val == float("inf"):
-            return super().calculate_qparams()  # pinned, or nothing observed
+        scale, zero_point = super().calculate_qparams()
+        if self._pinned is not None or self.min_val == float("inf") or scale <= self.eps:
+            return scale, zero_point  # pinned, nothing observed, or the floor's range
         low, high = self._non_linear_param_search()
         return self._calculate_qparams(low * self.factor, high * self.factor)
 

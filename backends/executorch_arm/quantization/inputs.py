@@ -8,8 +8,10 @@ frames pass 38. The fp32 model alone with its input clipped at 38 reads 20.6 dB 
 fed-back state (`benchmarks/stream_attribution.py --clip_inputs`); its int16 program read
 20.5 on the TOSA reference model, and 34.1 with this headroom. In int16 the range can
 spare a bit: every int16 input but a stream's fed-back states is observed over `HEADROOM`
-times the range its histogram search finds (then floored at the observer's eps as before,
-so an input whose floored range already covers that keeps its scale). States
+times the range its histogram search finds. An input within the observer's floor (eps,
+2^-12 a code: +-8) keeps the floor's range, already wider than its own: madmom's
+log-spectra (up to 5.2 and 6.4), whose outputs follow their input's resolution more than
+its loudness, and silero-vad's waveform. States
 keep their calibrated range: they are the program's own outputs fed back, within what the
 calibration stream produced, and each bit of theirs counts in the closed loop.
 """
