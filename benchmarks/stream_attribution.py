@@ -204,7 +204,6 @@ def main() -> None:
         args.target,
         quantization=args.quantization,
         keep_recurrent_on_cpu=args.keep_recurrent_on_cpu,
-        state_inputs=tuple(i for i, _ in state),
     )
     plan = candidates.candidates(options, module, example)[0]
     with tempfile.TemporaryDirectory() as scratch:

@@ -22,14 +22,21 @@ def pairs(inputs: Sequence, outputs: Sequence) -> list[tuple[int, int]]:
     """(input index, output index) of each state, or [] when the model is not a stream:
     its float inputs after the first and its outputs after the first, in order, one to one,
     with the same shapes."""
-    states = [
-        i for i, a in enumerate(inputs) if i and np.issubdtype(np.asarray(a).dtype, np.floating)
-    ]
+    return pairs_of_shapes(
+        [(tuple(np.shape(a)), np.issubdtype(np.asarray(a).dtype, np.floating)) for a in inputs],
+        [tuple(np.shape(o)) for o in outputs],
+    )
+
+
+def pairs_of_shapes(inputs: Sequence[tuple], outputs: Sequence[tuple]) -> list[tuple[int, int]]:
+    """`pairs` from the inputs' (shape tuple, is float) and the outputs' shape tuples: a
+    graph's, whose quantizer tells its states from its other inputs the same way."""
+    states = [i for i, (_, floating) in enumerate(inputs) if i and floating]
     returned = list(range(1, len(outputs)))
     if not states or len(states) != len(returned):
         return []
     matched = list(zip(states, returned))
-    if any(np.shape(inputs[i]) != np.shape(outputs[j]) for i, j in matched):
+    if any(inputs[i][0] != outputs[j] for i, j in matched):
         return []
     return matched
 

@@ -44,9 +44,7 @@ class Options:
     Vela's (default: ExecuTorch's for the target). `decomposition="executorch"` lowers
     with ExecuTorch's own recurrent passes (the baseline we measure against).
     `share_state`: a streaming model's final states share their initial states'
-    quantization (off only to measure what sharing buys). `state_inputs`: the positions of
-    a stream's fed-back state inputs (runtime.streams.pairs), which keep their calibrated
-    ranges where the other inputs get headroom."""
+    quantization (off only to measure what sharing buys)."""
 
     target: str
     quantization: str = "auto"
@@ -59,7 +57,6 @@ class Options:
     memory_mode: Optional[str] = None
     decomposition: str = "ours"
     share_state: bool = True
-    state_inputs: tuple = ()
 
     @property
     def is_ethos_u(self) -> bool:

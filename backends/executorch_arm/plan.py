@@ -43,8 +43,6 @@ class ArmPlan:
     `recurrent_weight_bits` < 8 narrows the weights every step reads (4: TOSA INT4).
     `weight_parts` 2 writes every constant weight of a product as two int8 parts, hi + lo
     (quantization.weight_parts): about 15-bit weights at twice the weights' MACs.
-    `state_inputs`: the positions of a stream's fed-back state inputs, which keep their
-    calibrated ranges (quantization.inputs).
     `precision` is what `--quantization auto` weighed for this plan (precision.Choice)."""
 
     target: str
@@ -58,7 +56,6 @@ class ArmPlan:
     keep_recurrent_on_cpu: bool = False
     decomposition: str = "ours"
     share_state: bool = True
-    state_inputs: tuple = ()
     system_config: Optional[str] = None
     memory_mode: Optional[str] = None
     precision: Optional[object] = None

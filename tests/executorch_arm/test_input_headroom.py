@@ -1,11 +1,12 @@
 """An int16 program input keeps 6 dB of headroom over its calibrated range; a stream's
 fed-back state keeps its own (quantization/inputs.py).
 
-The model is DTLN's shape in small: a non-negative spectrum-like input through a GRU whose
-state is fed back. Held out, the input is 1.8x louder than anything calibration saw (DTLN's
-held-out recordings reach 70 where its calibration reached 38); without headroom the CPU's
-quantize at the delegate's boundary clips it and the stream's state drifts from fp32:
-mask / h_n 26.6 / 14.0 dB against torch, 49.7 / 39.0 with it (TOSA reference model).
+The model is DTLN's shape in small: a non-negative spectrum-like input through an LSTM whose
+h and c, one state tensor, are fed back. Held out, the input is 1.8x louder than anything
+calibration saw (DTLN's held-out recordings reach 70 where its calibration reached 38);
+without headroom the CPU's quantize at the delegate's boundary clips it and the stream's
+state drifts from fp32: mask / state 28.4 / 15.7 dB against torch, 55.2 / 20.1 with it
+(TOSA reference model; the state is held by its one scale for h and c, as DTLN's mask is).
 """
 
 from __future__ import annotations
@@ -24,20 +25,25 @@ HEADROOM = inputs.HEADROOM
 
 
 class _Stream(torch.nn.Module):
+    """An LSTM whose h and c travel in one state tensor, as DTLN's do: no recurrent op reads
+    the state input itself, so only the stream's rule (inputs after the first that come back
+    as outputs) tells it from the other inputs."""
+
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.gru = torch.nn.GRU(12, 16, batch_first=True)
+        self.lstm = torch.nn.LSTM(12, 16, batch_first=True)
         self.mask = torch.nn.Linear(16, 12)
 
-    def forward(self, x, h):
-        y, h_n = self.gru(x, h)
-        return torch.sigmoid(self.mask(y)), h_n
+    def forward(self, x, state):
+        h, c = state[..., :16], state[..., 16:]
+        y, (h_n, c_n) = self.lstm(x, (h.contiguous(), c.contiguous()))
+        return torch.sigmoid(self.mask(y)), torch.cat([h_n, c_n], -1)
 
 
 def _frames(n: int, level: float, generator) -> list:
-    h = torch.zeros(1, 1, 16)
-    return [(torch.randn(1, 4, 12, generator=generator).abs() * level, h) for _ in range(n)]
+    state = torch.zeros(1, 1, 32)
+    return [(torch.randn(1, 4, 12, generator=generator).abs() * level, state) for _ in range(n)]
 
 
 def _lowered(tmp_path, headroom: float, monkeypatch):
@@ -58,7 +64,6 @@ def _lowered(tmp_path, headroom: float, monkeypatch):
         tmp_path / str(headroom),
         quantization="int16",
         calibration_inputs=calibration,
-        state_inputs=(1,),
     )
     samples = accuracy.Evaluation(held_out, stream)
     want = accuracy.outputs(accuracy.of_module(module), samples)
@@ -75,7 +80,7 @@ def test_a_louder_held_out_input_is_not_clipped(tmp_path, monkeypatch):
     assert h_scale[1] == h_scale[0], h_scale  # the state keeps its calibrated range
     largest = max(float(s[0].max()) for s in calibration)
     assert x_scale[0] * 32767 < 1.8 * largest < x_scale[1] * 32767  # clipped only before
-    assert min(after) > min(before) + 15, (before, after)
+    assert after[0] > before[0] + 20 and after[1] > before[1] + 3, (before, after)
 
 
 def test_the_observer_widens_a_range_above_its_floor_only():

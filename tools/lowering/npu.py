@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import re
 import shutil
@@ -284,7 +283,6 @@ def _lower(source, options, staging, output, report, progress) -> None:
         with torch.no_grad():
             state = streams.pairs([t.numpy() for t in example], accuracy.flat(module(*example)))
     if state:
-        arm = dataclasses.replace(arm, state_inputs=tuple(i for i, _ in state))
         input_names = list(report["numerics"]["input_shapes"])
         report["numerics"]["stream"] = [
             [input_names[i], output_names[j] if j < len(output_names) else f"output {j}"]

@@ -65,7 +65,6 @@ def _plan(
         keep_recurrent_on_cpu=o.keep_recurrent_on_cpu,
         decomposition=o.decomposition,
         share_state=o.share_state,
-        state_inputs=o.state_inputs,
         system_config=o.system_config,
         memory_mode=o.memory_mode,
         precision=choice,

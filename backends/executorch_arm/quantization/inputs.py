@@ -18,7 +18,9 @@ calibration stream produced, and each bit of theirs counts in the closed loop.
 
 from __future__ import annotations
 
-from torch.fx import Graph
+from torch.fx import Graph, Node
+
+from recurrent_lowering.runtime import streams
 
 from ..compat.histogram_observer import int16_histogram, widened
 
@@ -28,14 +30,34 @@ _Q_KEY = "quantization_annotation"
 
 
 def widen_inputs(graph: Graph, states: set) -> int:
-    """Give every int16 program input not in `states` (placeholder names or positions)
-    `HEADROOM`; how many."""
+    """Give every int16 program input `HEADROOM` but the states: those `states` names and
+    those the CLI streams (runtime.streams' rule, on the graph's shapes); how many."""
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    streamed = {i for i, _ in streams.pairs_of_shapes(*_shapes(graph, placeholders))}
     count = 0
-    for index, node in enumerate(graph.find_nodes(op="placeholder")):
+    for index, node in enumerate(placeholders):
         annotation = node.meta.get(_Q_KEY)
         spec = getattr(annotation, "output_qspec", None)
-        if index in states or node.name in states or not int16_histogram(spec):
+        if index in streamed or node.name in states or not int16_histogram(spec):
             continue  # a state, not quantized, int8, or in another value's group
         annotation.output_qspec = widened(spec, HEADROOM)
         count += 1
     return count
+
+
+def _shapes(graph: Graph, placeholders: list) -> tuple[list, list]:
+    """The program inputs' (shape, is float) and its outputs' shapes, from their values."""
+
+    def value(node):
+        return node.meta.get("val") if isinstance(node, Node) else None
+
+    def shape(node):
+        v = value(node)
+        return tuple(v.shape) if hasattr(v, "shape") else None
+
+    inputs = [
+        (shape(p), hasattr(value(p), "dtype") and value(p).dtype.is_floating_point)
+        for p in placeholders
+    ]
+    outputs = [shape(o) for o in graph.output_node().args[0]]
+    return inputs, outputs

@@ -117,8 +117,7 @@ class _Policies:
         if plan.keep_recurrent_on_cpu:
             _float_recurrent_layers(graph)
         states.share_states(graph, self.state_pairs)
-        stream = {name for name, _ in self.state_pairs} | set(plan.state_inputs)
-        self.widened_inputs = inputs.widen_inputs(graph, stream)
+        self.widened_inputs = inputs.widen_inputs(graph, {h0 for h0, _ in self.state_pairs})
         return model
 
 
