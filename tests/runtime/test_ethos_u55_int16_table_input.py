@@ -65,14 +65,15 @@ def _sqnr(result, samples) -> list:
 
 
 def test_tables_follow_their_inputs_on_held_out_values(wide, tmp_path, monkeypatch):
-    """Against torch on held-out inputs: with the caps, tanh and sigmoid are above 75 dB
-    (77.5 and 80.5 measured); without them, over the calibrated +-50, the tables' entries
-    are 0.2 apart and tanh loses 16 dB, sigmoid 7. c, the value with another reader, keeps
-    its range."""
+    """Against torch on held-out inputs: with the caps, tanh and sigmoid are above 72 dB
+    (74.0 and 78.1 measured, a and b read with the program inputs' 6 dB of headroom,
+    quantization/inputs.py; 77.5 and 80.5 without it); without the caps, over the
+    calibrated +-50, the tables' entries are 0.2 apart and tanh loses 16 dB, sigmoid 7. c,
+    the value with another reader, keeps its range."""
     result, _, _ = wide
     held_out = _samples(12.0, 1)
     tanh, c, sigmoid = _sqnr(result, held_out)
-    assert tanh > 75 and sigmoid > 75, (tanh, sigmoid)
+    assert tanh > 72 and sigmoid > 72, (tanh, sigmoid)
     monkeypatch.setattr(table_inputs, "MAX_SCALE", {})
     uncapped = _lower(tmp_path, 12.0)
     tanh0, c0, sigmoid0 = _sqnr(uncapped, held_out)
