@@ -275,13 +275,19 @@ class CappedHistogramObserver(HistogramObserver):
         return f"{super().extra_repr()}, max_scale={self.max_scale}"
 
 
-def capped(spec, max_scale: float):
-    """`spec` (observed by our HistogramObserver) with its scale at most `max_scale`."""
+def _observed_by(spec, observer_class, what: str, **keywords):
+    """`spec`, observed by our HistogramObserver, observed by `observer_class` with the same
+    arguments and `keywords`; TypeError naming `what` for any other observer."""
     partial = spec.observer_or_fake_quant_ctr.p
     if partial.func is not HistogramObserver:
-        raise TypeError(f"cannot cap the scale of {partial.func.__name__}")
-    ctr = CappedHistogramObserver.with_args(*partial.args, **partial.keywords, max_scale=max_scale)
+        raise TypeError(f"cannot {what} of {partial.func.__name__}")
+    ctr = observer_class.with_args(*partial.args, **partial.keywords, **keywords)
     return dataclasses.replace(spec, observer_or_fake_quant_ctr=ctr)
+
+
+def capped(spec, max_scale: float):
+    """`spec` (observed by our HistogramObserver) with its scale at most `max_scale`."""
+    return _observed_by(spec, CappedHistogramObserver, "cap the scale", max_scale=max_scale)
 
 
 class WidenedHistogramObserver(HistogramObserver):
@@ -306,11 +312,7 @@ class WidenedHistogramObserver(HistogramObserver):
 
 def widened(spec, factor: float):
     """`spec` (observed by our HistogramObserver) with its range `factor` times wider."""
-    partial = spec.observer_or_fake_quant_ctr.p
-    if partial.func is not HistogramObserver:
-        raise TypeError(f"cannot widen the range of {partial.func.__name__}")
-    ctr = WidenedHistogramObserver.with_args(*partial.args, **partial.keywords, factor=factor)
-    return dataclasses.replace(spec, observer_or_fake_quant_ctr=ctr)
+    return _observed_by(spec, WidenedHistogramObserver, "widen the range", factor=factor)
 
 
 def _faster(spec):

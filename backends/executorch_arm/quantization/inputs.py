@@ -11,9 +11,9 @@ spare a bit: every int16 input but a stream's fed-back states is observed over `
 times the range its histogram search finds. An input within the observer's floor (eps,
 2^-12 a code: +-8) keeps the floor's range, already wider than its own: madmom's
 log-spectra (up to 5.2 and 6.4), whose outputs follow their input's resolution more than
-its loudness, and silero-vad's waveform. States
-keep their calibrated range: they are the program's own outputs fed back, within what the
-calibration stream produced, and each bit of theirs counts in the closed loop.
+its loudness, and silero-vad's waveform. States keep their calibrated range: they are the
+program's own outputs fed back, within what the calibration stream produced, and each bit
+of theirs counts in the closed loop.
 """
 
 from __future__ import annotations
