@@ -52,7 +52,7 @@ def _lowered(tmp_path, headroom: float, monkeypatch):
     calibration = _frames(8, 10.0, generator)
     held_out = _frames(24, 18.0, generator)
     module = _Stream().eval()
-    stream = [(1, 1)]  # h in, h_n out
+    stream = [(1, 1)]  # the state in, its next value out
     calibration = [
         tuple(torch.as_tensor(a) for a in s)
         for s in streams.fed_back(accuracy.of_module(module), calibration, stream)[0]

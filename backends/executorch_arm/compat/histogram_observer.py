@@ -300,10 +300,12 @@ class WidenedHistogramObserver(HistogramObserver):
         self.factor = factor
 
     def calculate_qparams(self):
-        scale, zero_point = super().calculate_qparams()
-        if self._pinned is not None or self.min_val == float("inf") or scale <= self.eps:
-            return scale, zero_point  # pinned, nothing observed, or the floor's range
-        low, high = self._non_linear_param_search()
+        if self._pinned is not None or self.min_val == float("inf"):
+            return super().calculate_qparams()  # pinned, or nothing observed
+        low, high = self._non_linear_param_search()  # torchao's qparams, searched once
+        scale, zero_point = self._calculate_qparams(low, high)
+        if scale <= self.eps:
+            return scale, zero_point  # the floor's range
         return self._calculate_qparams(low * self.factor, high * self.factor)
 
     def extra_repr(self) -> str:
