@@ -33,6 +33,11 @@ def _fields(node: Node) -> dict:
     return (custom or {}).get(KEY) or {}
 
 
+def field(node: Node, name: str):
+    """Our tag's field `name` on `node` (None if untagged): for policies that tag their own."""
+    return _fields(node).get(name)
+
+
 def layer_of(node: Node) -> Optional[str]:
     """The recurrent layer `node` was emitted for (its module path or op name), or None."""
     return _fields(node).get("layer")

@@ -6,6 +6,7 @@ emitted node with (emission.origin), which `to_edge`'s decompositions carry over
 
   KeepRecurrentOnCpu       an operator-support check for the partitioner's `additional_checks`:
                            rejects nodes of recurrent layers;
+  StatePartsOnCpu          another: rejects a packed state's reads and assembly;
   cpu_reasons              why each node left outside a delegate is there, counted per reason;
   recurrent_on_cpu         per recurrent layer, how many of its ops ended outside a delegate;
   delegate_boundaries      per delegate, the quantization of the values entering and leaving it
@@ -26,10 +27,12 @@ from recurrent_lowering.runtime.delegate_run import Boundary, BoundaryValue
 
 from ..edge_io import quant_params
 from ..emission.origin import layer_of
+from ..quantization.state_parts import is_state_part
 
 KEPT_ON_CPU = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
 QDQ_AT_BOUNDARY = "q/dq at delegate boundary"
 QDQ_ON_CPU = "q/dq around CPU ops"
+STATE_PARTS = "a packed stream state's slices and concatenation (each part at its own scale)"
 
 
 class KeepRecurrentOnCpu(OperatorSupportBase):
@@ -37,6 +40,14 @@ class KeepRecurrentOnCpu(OperatorSupportBase):
 
     def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: Node) -> bool:
         return layer_of(node) is None
+
+
+class StatePartsOnCpu(OperatorSupportBase):
+    """Negative support check: a packed state's reads and assembly stay on the CPU in float
+    (quantization.state_parts), where each part is quantized on its own."""
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: Node) -> bool:
+        return not is_state_part(node)
 
 
 def _is_qdq(node: Node) -> bool:
@@ -66,6 +77,8 @@ def cpu_reasons(
             reason = QDQ_AT_BOUNDARY if at_boundary else QDQ_ON_CPU
         elif keep_recurrent_on_cpu and layer_of(node) is not None:
             reason = KEPT_ON_CPU
+        elif is_state_part(node):
+            reason = STATE_PARTS
         else:
             reason = f"{_op_name(node)} not supported on {target}"
         reasons[reason] += 1

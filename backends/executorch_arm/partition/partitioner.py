@@ -35,7 +35,9 @@ class _Hook:
     plan: ArmPlan
 
     def __init__(self, compile_spec, plan: ArmPlan):
-        checks = [cpu_reasons.KeepRecurrentOnCpu()] if plan.keep_recurrent_on_cpu else None
+        checks = [cpu_reasons.StatePartsOnCpu()]
+        if plan.keep_recurrent_on_cpu:
+            checks.append(cpu_reasons.KeepRecurrentOnCpu())
         super().__init__(compile_spec, checks)
         self.plan = plan
         self.cpu_reasons = collections.Counter()  # after partition()

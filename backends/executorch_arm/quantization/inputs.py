@@ -33,7 +33,7 @@ def widen_inputs(graph: Graph, states: set) -> int:
     """Give every int16 program input `HEADROOM` but the states: those `states` names and
     those the CLI streams (runtime.streams' rule, on the graph's shapes); how many."""
     placeholders = list(graph.find_nodes(op="placeholder"))
-    streamed = {i for i, _ in streams.pairs_of_shapes(*_shapes(graph, placeholders))}
+    streamed = {i for i, _ in streams.pairs_of_shapes(*io_shapes(graph, placeholders))}
     count = 0
     for index, node in enumerate(placeholders):
         annotation = node.meta.get(_Q_KEY)
@@ -45,7 +45,7 @@ def widen_inputs(graph: Graph, states: set) -> int:
     return count
 
 
-def _shapes(graph: Graph, placeholders: list) -> tuple[list, list]:
+def io_shapes(graph: Graph, placeholders: list) -> tuple[list, list]:
     """The program inputs' (shape, is float) and its outputs' shapes, from their values."""
 
     def value(node):

@@ -25,8 +25,10 @@ The quantization of a plan, in the order it runs:
     6. int16 recurrent layers in an int8 rest: moves after a layer keep its int16
        (regions.py);
     7. recurrent layers kept on the CPU: no annotation inside them (float);
-    8. a streaming model's final states in their initial states' groups (states.py; the
-       pairs found in step 1, before the ops are decomposed);
+    8. a stream's packed state read and assembled on the CPU in float, each part at its
+       own scale (state_parts.py: marked before step 2, so that no concatenation ties
+       the parts); a streaming model's final states in their initial states' groups
+       (states.py; the pairs found in step 1, before the ops are decomposed);
     9. every other int16 program input with headroom over its calibrated range (inputs.py).
 
 Subclasses of ExecuTorch's public quantizer classes; nothing in ExecuTorch is changed.
@@ -50,6 +52,7 @@ from . import (
     inputs,
     magnitude,
     regions,
+    state_parts,
     states,
     table_inputs,
     transposed,
@@ -68,6 +71,7 @@ class _Policies:
     magnitudes = 0  # after TFA: magnitudes computed over three ranges
     as_convolutions = 0  # after TFA: transposed convolutions of stride 1 made convolutions
     widened_inputs = 0  # after annotate: program inputs given headroom
+    split_states: list = []  # after annotate: packed states quantized per part
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
@@ -94,8 +98,11 @@ class _Policies:
         )
 
     def annotate(self, model: GraphModule) -> GraphModule:
-        model = super().annotate(model)
         plan, graph = self.plan, model.graph
+        share = plan.share_state and not plan.keep_recurrent_on_cpu
+        act = self.global_config.get_output_act_qspec() if self.global_config else None
+        splits = state_parts.split(graph, act) if share else []
+        model = super().annotate(model)
         config = self.global_config
         if plan.recurrent_activations is not None and config is not None:
             config = quantization_config(plan.recurrent_activations)  # (set_module_type's)
@@ -116,6 +123,8 @@ class _Policies:
             self.narrowed = unrolled + loops
         if plan.keep_recurrent_on_cpu:
             _float_recurrent_layers(graph)
+        state_parts.tie(graph, splits)
+        self.split_states = [s.state.name for s in splits]
         states.share_states(graph, self.state_pairs)
         self.widened_inputs = inputs.widen_inputs(graph, {h0 for h0, _ in self.state_pairs})
         return model
