@@ -14,7 +14,8 @@ observer of its own; each part's final value (what the assembly reads) shares th
 quantization of its initial value at the same place in the tensor, as `states.share_states`
 does for a whole state. The program keeps its inputs and outputs. A state packed any other
 way (read by anything but slices and moves, or an output part at a place no input part
-reads) keeps one scale.
+reads) keeps one scale, as does one read by a loop-form layer (T > 8), whose step pairs its
+state input and output in one quantization of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from torchao.quantization.pt2e.quantizer import QuantizationAnnotation, SharedQu
 from recurrent_lowering.runtime import streams
 
 from ..emission import origin
+from ..loop import op as loop_op
 from .inputs import io_shapes
 from .states import root_holder
 
@@ -174,6 +176,15 @@ def _input_parts(placeholder: Node) -> Optional[tuple]:
     return floating, {n: places[n] for n in parts}
 
 
+def _feeds_loop(node: Node) -> bool:
+    """Whether `node` reaches a loop-form node through moves: a loop's step pairs its state
+    input with its output by position, in one quantization (loop.step), which a part's own
+    observer outside it would split."""
+    return any(
+        u.target == loop_op.OP or (u.target in _READS and _feeds_loop(u)) for u in node.users
+    )
+
+
 def _output_parts(graph: Graph, index: int) -> Optional[tuple]:
     """(the nodes to leave in float, {part: place}) of a state output, or None. The float
     nodes are the concatenations and the moves after them; a part is what a concatenation
@@ -233,6 +244,8 @@ def split(graph: Graph, spec) -> list[Split]:
         if spec is None or not reads or not joins:
             continue
         (floating_in, inputs), (floating_out, finals) = reads, joins
+        if any(_feeds_loop(n) for n in inputs):
+            continue  # the loop form's steps keep the state's one scale
         by_place = {}
         for node, place in inputs.items():
             by_place.setdefault(_key(place), []).append(node)
