@@ -71,7 +71,6 @@ class _Policies:
     magnitudes = 0  # after TFA: magnitudes computed over three ranges
     as_convolutions = 0  # after TFA: transposed convolutions of stride 1 made convolutions
     widened_inputs = 0  # after annotate: program inputs given headroom
-    split_states: list = []  # after annotate: packed states quantized per part
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
@@ -79,13 +78,17 @@ class _Policies:
             self.as_convolutions = transposed.as_convolutions(model, plan.int8_only)
         if plan.activations == "int16":
             self.magnitudes = magnitude.split(model, self.float_samples)
-        share = plan.share_state and not plan.keep_recurrent_on_cpu
-        self.state_pairs = states.state_pairs(model.graph) if share else []  # ops still whole
+        share = self._shares_states()  # found while the recurrent ops are still whole
+        self.state_pairs = states.state_pairs(model.graph) if share else []
         self.decompose(model)
         if plan.weight_parts == 2:  # not in float layers on the CPU
             qmax = self.global_config.weight.quant_max
             weight_parts.split(model, qmax, lambda n: plan.keep_recurrent_on_cpu and layer_of(n))
         return super().transform_for_annotation(model)
+
+    def _shares_states(self) -> bool:
+        """A stream's states keep one quantization in and out (not in float CPU layers)."""
+        return self.plan.share_state and not self.plan.keep_recurrent_on_cpu
 
     def decompose(self, model: GraphModule) -> bool:
         """Step 1: recurrent ops into the core's elementary ops, but for nodes the Arm
@@ -99,9 +102,8 @@ class _Policies:
 
     def annotate(self, model: GraphModule) -> GraphModule:
         plan, graph = self.plan, model.graph
-        share = plan.share_state and not plan.keep_recurrent_on_cpu
         act = self.global_config.get_output_act_qspec() if self.global_config else None
-        splits = state_parts.split(graph, act) if share else []
+        splits = state_parts.split(graph, act) if self._shares_states() else []
         model = super().annotate(model)
         config = self.global_config
         if plan.recurrent_activations is not None and config is not None:
@@ -124,7 +126,6 @@ class _Policies:
         if plan.keep_recurrent_on_cpu:
             _float_recurrent_layers(graph)
         state_parts.tie(graph, splits)
-        self.split_states = [s.state.name for s in splits]
         states.share_states(graph, self.state_pairs)
         self.widened_inputs = inputs.widen_inputs(graph, {h0 for h0, _ in self.state_pairs})
         return model

@@ -234,6 +234,8 @@ def split(graph: Graph, spec) -> list[Split]:
     """Before the Arm quantizer annotates: leave each packed stream state's reads and
     assembly in float and give its parts `spec`, one observer per place (module doc); the
     Arm annotator skips what is annotated, so no concatenation ties the parts again."""
+    if spec is None:  # no quantization to split
+        return []
     placeholders = list(graph.find_nodes(op="placeholder"))
     pairs = streams.pairs_of_shapes(*io_shapes(graph, placeholders))
     position = {n: k for k, n in enumerate(graph.nodes)}
@@ -241,7 +243,7 @@ def split(graph: Graph, spec) -> list[Split]:
     for i, j in pairs:
         state = placeholders[i]
         reads, joins = _input_parts(state), _output_parts(graph, j)
-        if spec is None or not reads or not joins:
+        if not reads or not joins:
             continue
         (floating_in, inputs), (floating_out, finals) = reads, joins
         if any(_feeds_loop(n) for n in inputs):
