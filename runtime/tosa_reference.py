@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from . import tosa_flatbuffer, tosa_pieces
+from . import reference_process, tosa_flatbuffer, tosa_pieces
 from .quantization import QuantParams
 
 
@@ -100,7 +100,8 @@ def run(
     With `output_quant[i]` set, output i is dequantized to float32; otherwise it is returned in
     the graph's own element type (e.g. int8). `precise_mode` computes float ops in fp64.
     A graph of more than `piece_ops` operators (default: tosa_pieces.piece_size of it)
-    runs in pieces of that many (tosa_pieces: the same results, in a fraction of the time).
+    runs in pieces of that many (tosa_pieces: the same results, in a fraction of the time),
+    in a process of its own (reference_process).
     """
     buf = tosa_flatbuffer.load_bytes(tosa)
     in_infos, out_infos = tosa_flatbuffer.graph_io(buf)
@@ -113,9 +114,21 @@ def run(
         raise ValueError("input_quant/output_quant must have one entry per graph input/output")
     arrays = [_prepare_input(i, v, q) for i, v, q in zip(in_infos, inputs, input_quant)]
 
-    def run_graph(graph: bytes, arrays: list) -> list:
-        import tosa_reference_model
+    outputs = reference_process.outputs(tosa, arrays, precise_mode, piece_ops)
+    results = []
+    for info, out, quant in zip(out_infos, outputs, output_quant):
+        out = np.asarray(out).reshape(info.shape)
+        results.append(quant.dequantize(out) if quant is not None else out)
+    return results
 
+
+def graph_outputs(
+    tosa: tosa_flatbuffer.TosaSource, arrays: list, precise_mode: bool, piece_ops: Optional[int]
+) -> list:
+    """The reference model's raw outputs of `tosa` for prepared `arrays`, in this process."""
+    import tosa_reference_model
+
+    def run_graph(graph: bytes, arrays: list) -> list:
         outputs, status = tosa_reference_model.run(
             graph, arrays, precise_mode=int(precise_mode), initialize_variable_tensor_from_numpy=1
         )
@@ -123,11 +136,7 @@ def run(
             raise TosaReferenceError(f"TOSA reference model returned {status.name}")
         return outputs
 
+    buf = tosa_flatbuffer.load_bytes(tosa)
     pieces = _pieces(buf, piece_ops)
     with _reference_model_stdout():
-        outputs = tosa_pieces.run(pieces, arrays, run_graph) if pieces else run_graph(buf, arrays)
-    results = []
-    for info, out, quant in zip(out_infos, outputs, output_quant):
-        out = np.asarray(out).reshape(info.shape)
-        results.append(quant.dequantize(out) if quant is not None else out)
-    return results
+        return tosa_pieces.run(pieces, arrays, run_graph) if pieces else run_graph(buf, arrays)

@@ -4,13 +4,19 @@ ExecuTorch, see testdata/make_tosa_samples.py), checked against torch eager."""
 import contextlib
 import ctypes
 import json
+import os
 import pathlib
 
 import numpy as np
 import pytest
 import torch
 
-from recurrent_lowering.runtime import tosa_flatbuffer, tosa_pieces, tosa_reference
+from recurrent_lowering.runtime import (
+    reference_process,
+    tosa_flatbuffer,
+    tosa_pieces,
+    tosa_reference,
+)
 from recurrent_lowering.runtime.quantization import QuantParams
 
 DATA = pathlib.Path(__file__).parent / "testdata"
@@ -164,8 +170,35 @@ def test_the_reference_models_version_notice_stays_off_stdout(capfd, monkeypatch
     out, err = capfd.readouterr()
     assert out == "" and "Different TOSA spec" not in err
     np.testing.assert_allclose(got, _eager(x), rtol=1e-5, atol=1e-6)
-    # without it the notice reaches fd 1: the check above can fail
+    # without it the notice reaches fd 1: the check above can fail (in this process: the
+    # worker of reference_process is another)
     monkeypatch.setattr(tosa_reference, "_reference_model_stdout", contextlib.nullcontext)
-    tosa_reference.run(FP, [x])
+    tosa_reference.graph_outputs(FP, [x], False, None)
     ctypes.CDLL(None).fflush(None)
     assert "Different TOSA spec" in capfd.readouterr().out
+
+
+@pytest.mark.parametrize("path", [FP, INT], ids=["fp", "int"])
+def test_the_worker_process_gives_this_processs_outputs_bit_for_bit(path, monkeypatch):
+    """tosa_reference.run computes in reference_process's worker, another process, what the
+    reference model computes here; a worker that cannot start leaves the run here."""
+    x = _x(3.0) if path == FP else _quant()[0][0].quantize(_x())
+    (here,) = tosa_reference.graph_outputs(path, [x], False, 1)
+    (there,) = tosa_reference.run(path, [x], piece_ops=1)
+    worker = reference_process._worker
+    assert worker is not None and worker.poll() is None and worker.pid != os.getpid()
+    np.testing.assert_array_equal(np.asarray(here).reshape(there.shape), there)
+    monkeypatch.setattr(reference_process, "_worker", None)
+    monkeypatch.setattr(reference_process, "_failed", True)
+    (alone,) = tosa_reference.run(path, [x], piece_ops=1)
+    assert reference_process._worker is None
+    np.testing.assert_array_equal(alone, there)
+
+
+def test_the_workers_errors_are_raised_here():
+    """What the worker cannot run raises here, and the worker serves the next run."""
+    with pytest.raises(ValueError):
+        reference_process.outputs(b"not a flatbuffer", [], False, None)
+    assert reference_process._worker.poll() is None
+    (again,) = tosa_reference.run(FP, [_x()])
+    np.testing.assert_allclose(again, _eager(_x()), atol=1e-5)
