@@ -1,16 +1,16 @@
 """The TOSA reference model in a process of its own, started fresh.
 
-The reference model builds each graph it runs anew from the flatbuffer, one heap allocation
-per tensor and name, and then walks them; in a process whose heap a lowering has spread
-over a gigabyte and more, those walks run several times slower. GTCRN's int16 program for
-ethos-u55-128 (13,305 operators, in 27 pieces), random inputs, seconds a run: 0.47-0.65 in
-a fresh process, 1.50-1.71 in the CLI's own once it has predicted its candidates (in a child
-forked from it too, and after gc.collect and malloc_trim), 0.58 in a process started then
-(docs/results/real_model_accuracy.md, "Lowering time"). So `outputs` sends each run to one
-worker this process starts with `python -m` on first use and keeps: the same library on the
-same arrays, so the same outputs bit for bit (tests/runtime pin it). A worker that cannot
-start or dies leaves the run to this process. A forked child starts its own (pipes shared
-across a fork would interleave requests).
+In the CLI's process, once auto has predicted its candidates, the reference model runs a
+large graph several times slower than in a fresh process: GTCRN's int16 program for
+ethos-u55-128 (13,305 operators, in 27 pieces), random inputs, 1.50-1.71 s a run of user
+time there against 0.47-0.65 s in a fresh process and 0.58 s in one started at that point.
+A child forked from the CLI's process is as slow; gc.collect, malloc_trim, one torch thread
+and the CLI's imports do not change it (each measured); the cause is not pinned down beyond
+the process state the predictions leave (DTLN's leave none measurable). So `outputs` sends
+each run to one worker this process starts with `python -m` on first use and keeps: the
+same library on the same arrays, so the same outputs bit for bit (tests/runtime pin it). A
+worker that cannot start or breaks leaves the runs to this process. A forked child starts
+its own (pipes shared across a fork would interleave requests).
 """
 
 from __future__ import annotations
