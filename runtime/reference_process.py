@@ -6,16 +6,18 @@ ethos-u55-128 (13,305 operators, in 27 pieces), random inputs, 1.50-1.71 s a run
 time there against 0.47-0.65 s in a fresh process and 0.58 s in one started at that point.
 A child forked from the CLI's process is as slow; gc.collect, malloc_trim, one torch thread
 and the CLI's imports do not change it (each measured); the cause is not pinned down beyond
-the process state the predictions leave (DTLN's leave none measurable). So `outputs` sends
-each run to one worker this process starts with `python -m` on first use and keeps: the
-same library on the same arrays, so the same outputs bit for bit (tests/runtime pin it). A
-worker that cannot start or breaks leaves the runs to this process. A forked child starts
+the process state the predictions leave (DTLN's leave none measurable). So tosa_reference
+`call`s its runs here: each goes to one worker this process starts with `python -m` on first
+use and keeps, which imports the named module and calls the named function: the same
+library on the same arrays, so the same outputs bit for bit (tests/runtime pin it). A
+worker that cannot start or breaks leaves the calls to this process. A forked child starts
 its own (pipes shared across a fork would interleave requests).
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import pickle
 import subprocess
@@ -57,50 +59,49 @@ def _stop() -> None:
     _worker = None
 
 
-def outputs(source, arrays: list, precise_mode: bool, piece_ops: Optional[int]) -> list:
-    """tosa_reference's raw outputs of graph `source` (bytes or a .tosa path) for `arrays`,
-    computed by the worker (in this process if it is not to be had)."""
-    from . import tosa_reference
-
-    request = (source if isinstance(source, (bytes, bytearray)) else os.fspath(source), arrays)
+def call(module: str, function: str, *args):
+    """`module.function(*args)` (picklable arguments and result) in the worker, or in this
+    process when there is none to be had; what it raises is raised here."""
+    global _failed
     worker = _start()
     if worker is not None:
         try:
-            pickle.dump((*request, precise_mode, piece_ops), worker.stdin, protocol=5)
+            pickle.dump((module, function, args), worker.stdin, protocol=5)
             worker.stdin.flush()
-            kind, value = pickle.load(worker.stdout)
+            done, value = pickle.load(worker.stdout)
         except (OSError, EOFError, pickle.UnpicklingError):
-            global _failed
             _failed = True
             worker.kill()
         else:
-            if kind == "ok":
+            if done:
                 return value
-            raise (tosa_reference.TosaReferenceError if kind == "reference" else ValueError)(value)
-    return tosa_reference.graph_outputs(*request, precise_mode, piece_ops)
+            raise value
+    return getattr(importlib.import_module(module), function)(*args)
+
+
+def _answer(module: str, function: str, args: tuple) -> bytes:
+    try:
+        return pickle.dumps((True, getattr(importlib.import_module(module), function)(*args)))
+    except Exception as e:  # noqa: BLE001 - raised again in the caller
+        try:
+            return pickle.dumps((False, e))
+        except Exception:  # noqa: BLE001 - an exception pickle cannot carry
+            return pickle.dumps((False, RuntimeError(f"{type(e).__name__}: {e}")))
 
 
 def _serve() -> None:
-    """The worker: requests on stdin, pickled (source, arrays, precise_mode, piece_ops);
-    each answered on the stdout it started with ("ok", outputs) or (kind, message). What
-    the reference model prints on stdout goes to stderr."""
-    from . import tosa_reference
-
+    """The worker: pickled (module, function, args) on stdin, each answered on the stdout it
+    started with, (True, result) or (False, the exception). What the libraries it calls
+    print on stdout goes to stderr."""
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
     while True:
         try:
-            source, arrays, precise_mode, piece_ops = pickle.load(requests)
+            request = pickle.load(requests)
         except EOFError:
             return
-        try:
-            answer = ("ok", tosa_reference.graph_outputs(source, arrays, precise_mode, piece_ops))
-        except tosa_reference.TosaReferenceError as e:
-            answer = ("reference", str(e))
-        except Exception as e:  # noqa: BLE001 - raised again in the caller, as ValueError
-            answer = ("value", f"{type(e).__name__}: {e}")
-        pickle.dump(answer, answers, protocol=5)
+        answers.write(_answer(*request))
         answers.flush()
 
 

@@ -114,7 +114,10 @@ def run(
         raise ValueError("input_quant/output_quant must have one entry per graph input/output")
     arrays = [_prepare_input(i, v, q) for i, v, q in zip(in_infos, inputs, input_quant)]
 
-    outputs = reference_process.outputs(tosa, arrays, precise_mode, piece_ops)
+    source = tosa if isinstance(tosa, (bytes, bytearray)) else os.fspath(tosa)
+    outputs = reference_process.call(
+        __name__, "graph_outputs", source, arrays, precise_mode, piece_ops
+    )
     results = []
     for info, out, quant in zip(out_infos, outputs, output_quant):
         out = np.asarray(out).reshape(info.shape)
