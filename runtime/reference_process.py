@@ -72,6 +72,7 @@ def call(module: str, function: str, *args):
         except (OSError, EOFError, pickle.UnpicklingError):
             _failed = True
             worker.kill()
+            worker.wait()  # reaped, not left a zombie until this process ends
         else:
             if done:
                 return value
