@@ -469,7 +469,16 @@ def _precision(report: dict) -> str:
     return auto["choice"] if "regions" in auto else f"int8 ({auto['why']})"
 
 
-def header(args, command: str) -> list[str]:
+def audio_digest(signals) -> str:
+    """The calibration and evaluation audio's sha256 (first 12 hex digits each): the audio is
+    built from Debian packages fetched at run time, so two machines' tables may not share it."""
+    if signals is None:
+        return ""
+    calibration, evaluation = (hashlib.sha256(s.tobytes()).hexdigest()[:12] for s in signals)
+    return f" Audio sha256: calibration {calibration}, evaluation {evaluation}."
+
+
+def header(args, command: str, digest: str = "") -> list[str]:
     return [
         "Pretrained recurrent models from PyPI releases (pinned in "
         "`benchmarks/real_models.py`), lowered by `//tools:lower` to each target "
@@ -494,7 +503,7 @@ def header(args, command: str) -> list[str]:
         "",
         f"    {command}",
         "",
-        f"{datetime.date.today().isoformat()}; 2-core machine, load from other jobs.",
+        f"{datetime.date.today().isoformat()}; 2-core machine, load from other jobs.{digest}",
         "",
         "| model | target | input | time s | delegated / CPU ops (delegates) | CPU ops' reasons | "
         "Vela cycles | SQNR dB | precision | recurrent nodes | error |",
@@ -630,11 +639,12 @@ def main() -> None:
 
     def write() -> None:  # after every lowering: a stopped run keeps what it measured
         with open(args.out, "w") as f:
-            f.write("\n".join(header(args, command) + rows + stages(records)) + "\n")
+            f.write("\n".join(header(args, command, digest) + rows + stages(records)) + "\n")
         with open(jsonl, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
     signals = speech_signals(args.cache) if args.audio == "real" else None
+    digest = audio_digest(signals)
     with tempfile.TemporaryDirectory() as work:
         for model in (m for m in MODELS if m.name in chosen):
             path, calibration, evaluation, feeds = files(
