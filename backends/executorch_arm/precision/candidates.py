@@ -71,6 +71,13 @@ def _plan(
     )
 
 
+def _candidate(o: Options, name: str, choice=None) -> ArmPlan:
+    """The plan of auto's candidate `name` for these options."""
+    _, rest, recurrent = next(c for c in cost_model.CANDIDATES if c[0] == name)
+    state_bits = 16 if name in cost_model.STEPS16 else 8
+    return _plan(o, rest, recurrent, state_bits, choice, name)
+
+
 def fixed_reason(o: Options) -> Optional[str]:
     """Why `auto` is plain int8 for these options, or None when it weighs candidates."""
     if o.decomposition != "ours":
@@ -91,12 +98,13 @@ def candidates(o: Options, module, example_inputs) -> list[ArmPlan]:
     choice = None
     if why is None:
         try:
-            choice = cost_model.choose_for(module, example_inputs, o.target, o.budget)
+            steps16 = o.emission != "unrolled"  # int16 steps are loop steps (plan.core)
+            choice = cost_model.choose_for(module, example_inputs, o.target, o.budget, steps16)
         except cost_model.CostModelError as e:
             why = str(e)
     if choice is None:
         choice = Choice("int8", "int8", "int8", {}, o.budget, why=why)
-    first = _plan(o, choice.rest, choice.recurrent, 8, choice, choice.name)
+    first = _candidate(o, choice.name, choice)
     if choice.name == "int8":
         return [first]
     return [first, _plan(o, "int8", None, 8, None)]
@@ -138,7 +146,11 @@ def _wider(choice: Choice) -> list:
     REASONABLE x int8's estimated cycles."""
     order = list(cost_model.CANDIDATES)
     rank = {name: k for k, (name, _, _) in enumerate(order)}  # most accurate first
-    wider = [c for c in order if c[0] in choice.weighed and rank[c[0]] < rank[choice.name]]
+    wider = [
+        c
+        for c in order
+        if c[0] in choice.weighed and c[0] in choice.estimates and rank[c[0]] < rank[choice.name]
+    ]
     within = [c for c in wider if choice.estimates[c[0]] <= REASONABLE * choice.int8_estimate]
     return sorted(within, key=lambda c: choice.estimates[c[0]])
 
@@ -185,9 +197,7 @@ def may_simulate(o: Options, choice: Choice) -> list[ArmPlan]:
     waiting for the first."""
     widest, cheaper, whole = _wider_order(o, choice)
     order = [widest, *(c for c in cheaper if c != whole), whole] if widest else []
-    return [
-        _plan(o, rest, recurrent, 8, None, name) for name, rest, recurrent in filter(None, order)
-    ]
+    return [_candidate(o, name) for name, _, _ in filter(None, order)]
 
 
 def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> dict:
@@ -203,8 +213,8 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     tried = {}
 
     def reaches(candidate) -> bool:
-        name, rest, recurrent = candidate
-        tried[name] = _plan(o, rest, recurrent, 8, None, name)
+        name = candidate[0]
+        tried[name] = _candidate(o, name)
         if name not in predicted:
             predicted[name] = predict(tried[name])
         return _worst(predicted[name]) >= o.target_sqnr

@@ -3,8 +3,9 @@
 Two regions: the recurrent layers (projection, steps, outputs) and the rest of the program
 (conv/FC front-ends, heads). Candidates, most accurate first: all int16 with weights in two
 int8 parts (weighed for accuracy only, candidates.reaching), all int16, recurrent int16
-with the rest int8, all int8. The first of the last three whose estimated cycles are
-within `budget` of all-int8's wins; an operator the target's Vela runs in int8 only
+with the rest int8, the loop form's steps alone in int16 (for accuracy only too), all
+int8. The first of int16, recurrent int16 and int8 whose estimated cycles are within
+`budget` of all-int8's wins; an operator the target's Vela runs in int8 only
 (plan.INT8_ONLY) stays int8 in an int16 rest (the estimates leave it out, int8's too). The
 estimate is a model of Vela, so choosing costs no extra lowering (weights in two parts:
 each split product counted twice):
@@ -47,11 +48,17 @@ CANDIDATES = (  # (name, rest, recurrent layers), most accurate first
     ("int16_w16", "int16", "int16"),
     ("int16", "int16", "int16"),
     ("int16_recurrent", "int8", "int16"),
+    ("int16_state", "int8", "int8"),
     ("int8", "int8", "int8"),
 )
 # Candidates whose weights are two int8 parts (quantization.weight_parts): twice the
 # products, for accuracy only, so never chosen for cycles alone.
 WEIGHT_PARTS = {"int16_w16": 2}
+# Candidates with the loop form's steps (state, gates and the product with R) in int16 in
+# an int8 program (plan.state_bits 16), weighed for accuracy only: NSNet2 on ethos-u85-256
+# reaches 30 dB so at 0.92x int16_recurrent's cycles (docs/results/real_model_accuracy.md).
+STEPS16 = {"int16_state"}
+ACCURACY_ONLY = {*WEIGHT_PARTS, *STEPS16}
 aten = torch.ops.aten
 _PRODUCTS = {
     aten.linear.default,
@@ -139,9 +146,10 @@ class Choice:
     def report(self) -> dict:
         if self.why is not None:
             return {"choice": self.name, "why": self.why}
+        recurrent = f"{self.recurrent}, steps int16" if self.name in STEPS16 else self.recurrent
         report = {
             "choice": self.name,
-            "regions": {"recurrent layers": self.recurrent, "rest": self.rest},
+            "regions": {"recurrent layers": recurrent, "rest": self.rest},
             "budget": self.budget,
             "estimated_cycles": {k: round(v) for k, v in self.estimates.items()},
         }
@@ -271,31 +279,47 @@ def int8_only(f: Features, target: str) -> Optional[str]:
     return f"Vela refuses {', '.join(ops)} in int16 on {family}: kept int8 in an int16 rest"
 
 
-def _cycles(products, bits: str, costs: dict, parts: int = 1, steps_split: bool = True) -> float:
-    mac, weight, gates = costs["mac"][bits], costs["weight_byte"], costs["gate_element"]
-    vector = costs["vector_mac"][bits]
+def _cycles(
+    products,
+    bits: str,
+    costs: dict,
+    parts: int = 1,
+    steps_split: bool = True,
+    step_bits: Optional[str] = None,
+) -> float:
+    """`step_bits`: the steps' products with R in these activations instead of `bits`."""
+    weight, gates = costs["weight_byte"], costs["gate_element"]
 
     def times(p: Product) -> int:
         return parts if p.constant and (steps_split or not p.step) else 1
 
-    return sum(
-        times(p) * (p.macs * vector if p.vector else max(p.macs * mac, p.weight_bytes * weight))
-        + p.gate_elems * gates
-        for p in products
-    )
+    def cycles(p: Product) -> float:
+        b = step_bits if p.step and step_bits else bits
+        if p.vector:
+            return p.macs * costs["vector_mac"][b]
+        return max(p.macs * costs["mac"][b], p.weight_bytes * weight)
+
+    return sum(times(p) * cycles(p) + p.gate_elems * gates for p in products)
 
 
 def estimate(
-    f: Features, rest: str, recurrent: str, costs: dict, parts: int = 1, steps_split: bool = True
+    f: Features,
+    rest: str,
+    recurrent: str,
+    costs: dict,
+    parts: int = 1,
+    steps_split: bool = True,
+    step_bits: Optional[str] = None,
 ) -> float:
     """Cycles of the program with its rest and recurrent layers in these activations, its
     constant weights in `parts` int8 parts (each part a product of its own; a step's R too
-    when `steps_split`, a weight of the step's product: plan.step_product)."""
-    cycles = _cycles(f.recurrent, recurrent, costs, parts, steps_split)
+    when `steps_split`, a weight of the step's product: plan.step_product), the steps'
+    products with R in `step_bits` when given."""
+    cycles = _cycles(f.recurrent, recurrent, costs, parts, steps_split, step_bits)
     cycles += _cycles(f.rest, rest, costs, parts)
     if rest == "int16":
         cycles += f.activation_elems * costs["activation16"]
-    if rest != recurrent and f.recurrent:
+    if (rest != recurrent or step_bits) and f.recurrent:
         cycles += f.boundary_elems * costs["rescale"]
     return cycles
 
@@ -306,19 +330,33 @@ def choose(
     budget: float,
     int8_only: Optional[str] = None,
     steps_split: bool = True,
+    steps16: bool = True,
 ) -> Choice:
     """The most accurate candidate within `budget` of all-int8's estimated cycles, of those
-    not weighed for accuracy alone (WEIGHT_PARTS). `int8_only` (what an int16 rest keeps in
+    not weighed for accuracy alone (ACCURACY_ONLY; STEPS16 only when `steps16`, the loop
+    form allowed, and the program has recurrent layers). `int8_only` (what an int16 rest keeps in
     int8 on the target) goes into the choice's report; those operators and their rescales
     are not in the estimate (neither are they in int8's)."""
     estimates = {
-        name: estimate(f, rest, rec, costs, WEIGHT_PARTS.get(name, 1), steps_split)
+        name: estimate(
+            f,
+            rest,
+            rec,
+            costs,
+            WEIGHT_PARTS.get(name, 1),
+            steps_split,
+            "int16" if name in STEPS16 else None,
+        )
         for name, rest, rec in CANDIDATES
     }
     limit = estimates["int8"] * (1 + budget)
-    weighed = tuple(name for name, rest, rec in CANDIDATES if not (not f.recurrent and rest != rec))
+    weighed = tuple(
+        name
+        for name, rest, rec in CANDIDATES
+        if (name not in STEPS16 or (steps16 and f.recurrent)) and (f.recurrent or rest == rec)
+    )
     for name, rest, rec in CANDIDATES:
-        if name in weighed and name not in WEIGHT_PARTS and estimates[name] <= limit:
+        if name in weighed and name not in ACCURACY_ONLY and estimates[name] <= limit:
             return Choice(name, rest, rec, estimates, budget, int8_only=int8_only, weighed=weighed)
     raise AssertionError("int8 is always within its own budget")
 
@@ -334,9 +372,12 @@ def fixed_reason(target: str, recurrent_weight_bits: int, keep_recurrent_on_cpu:
     return None
 
 
-def choose_for(module: torch.nn.Module, example_inputs, target: str, budget: float) -> Choice:
-    """Export `module` (float) and choose its precision per region for `target`."""
+def choose_for(
+    module: torch.nn.Module, example_inputs, target: str, budget: float, steps16: bool = True
+) -> Choice:
+    """Export `module` (float) and choose its precision per region for `target`
+    (`steps16`: whether the steps-in-int16 candidates may be weighed)."""
     costs = load_costs(target)
     f = features(torch.export.export(module, tuple(example_inputs)))
     steps_split = step_product(target, 8) != "matmul"  # auto's recurrent weights are 8-bit
-    return choose(f, costs, budget, int8_only(f, target), steps_split)
+    return choose(f, costs, budget, int8_only(f, target), steps_split, steps16)
