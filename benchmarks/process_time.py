@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from recurrent_lowering.benchmarks import caller_directory
+from recurrent_lowering.benchmarks import caller_directory, machine_speed
 
 
 def _timed(command: list[str], cwd: str) -> tuple[float, float]:
@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="Markdown table")
     args = parser.parse_args()
     caller_directory.enter()
+    speed = machine_speed.line()  # before the lowerings load the machine
     times: dict[str, list[tuple[float, float]]] = {"ours": [], "executorch": []}
     with tempfile.TemporaryDirectory() as work:
         flows = commands(args.model, args.target, work)
@@ -95,7 +96,7 @@ def main() -> None:
         f"    {command}",
         "",
         f"{datetime.date.today()}, {os.cpu_count()}-core machine, load average "
-        f"{os.getloadavg()[0]:.1f} at the end.",
+        f"{os.getloadavg()[0]:.1f} at the end. {speed}",
         "",
         "| flow | wall s (median) | CPU s (median) | each run, wall / CPU s |",
         "|---|---|---|---|",

@@ -51,7 +51,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from recurrent_lowering.benchmarks import caller_directory
+from recurrent_lowering.benchmarks import caller_directory, machine_speed
 
 SR = 16000
 TIMEOUT_S = 600
@@ -478,7 +478,7 @@ def audio_digest(signals) -> str:
     return f" Audio sha256: calibration {calibration}, evaluation {evaluation}."
 
 
-def header(args, command: str, digest: str = "") -> list[str]:
+def header(args, command: str, digest: str = "", speed: str = "") -> list[str]:
     return [
         "Pretrained recurrent models from PyPI releases (pinned in "
         "`benchmarks/real_models.py`), lowered by `//tools:lower` to each target "
@@ -503,7 +503,8 @@ def header(args, command: str, digest: str = "") -> list[str]:
         "",
         f"    {command}",
         "",
-        f"{datetime.date.today().isoformat()}; 2-core machine, load from other jobs.{digest}",
+        f"{datetime.date.today().isoformat()}; 2-core machine, load from other jobs.{digest}"
+        + (f" {speed}" if speed else ""),
         "",
         "| model | target | input | time s | delegated / CPU ops (delegates) | CPU ops' reasons | "
         "Vela cycles | SQNR dB | precision | recurrent nodes | error |",
@@ -639,10 +640,11 @@ def main() -> None:
 
     def write() -> None:  # after every lowering: a stopped run keeps what it measured
         with open(args.out, "w") as f:
-            f.write("\n".join(header(args, command, digest) + rows + stages(records)) + "\n")
+            f.write("\n".join(header(args, command, digest, speed) + rows + stages(records)) + "\n")
         with open(jsonl, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
 
+    speed = machine_speed.line()  # before any lowering loads the machine
     signals = speech_signals(args.cache) if args.audio == "real" else None
     digest = audio_digest(signals)
     with tempfile.TemporaryDirectory() as work:
