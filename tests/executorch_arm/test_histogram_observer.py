@@ -217,3 +217,41 @@ def test_calibrate_refuses_an_input_changed_after_it_was_observed():
 
     with pytest.raises(RuntimeError, match="changed after it was observed"):
         histogram_observer.calibrate(histogram_observer.HistogramObserver(), [(x,)], run)
+
+
+def test_a_second_calibration_on_the_same_values_takes_the_first_ones_histograms(monkeypatch):
+    """auto's candidates calibrate on the same samples: an observer replaying the values
+    another replayed from the same state takes its result (no observation), which equals
+    observing them; other values, or the same from another state, are observed."""
+    stream = [(x,) for x in _mixed_stream() if x is not None and torch.isfinite(x).all()]
+    first = _Observed(histogram_observer.HistogramObserver, {})
+    histogram_observer.calibrate(first, stream)
+    observed = []
+    real = histogram_observer.HistogramObserver._observe_all
+    monkeypatch.setattr(
+        histogram_observer.HistogramObserver,
+        "_observe_all",
+        lambda self, *args: observed.append(self) or real(self, *args),
+    )
+    again = _Observed(histogram_observer.HistogramObserver, {})
+    again.weight = first.weight  # the same weight values, another tensor
+    histogram_observer.calibrate(again, stream)
+    assert observed == []
+    for a, b in zip(first.observers, again.observers):
+        assert torch.equal(a.histogram, b.histogram)
+        assert torch.equal(a.min_val, b.min_val) and torch.equal(a.max_val, b.max_val)
+        assert a.histogram.data_ptr() != b.histogram.data_ptr()  # its own buffers
+    histogram_observer.calibrate(again, stream)  # from the state the first replay left
+    assert len(observed) == len(again.observers)
+    changed = [(x * 1.5,) for (x,) in stream]
+    fresh = _Observed(histogram_observer.HistogramObserver, {})
+    fresh.weight = first.weight
+    histogram_observer.calibrate(fresh, changed)
+    theirs = _Observed(observer.HistogramObserver, {})
+    theirs.weight = first.weight
+    for sample in changed:
+        theirs(*sample)
+    # the input's and the computed value's observers observe; the weight's sees its values again
+    assert observed[len(again.observers) :] == [fresh.observers[0], fresh.observers[2]]
+    for a, b in zip(fresh.observers, theirs.observers):
+        assert torch.equal(a.histogram, b.histogram)

@@ -38,6 +38,14 @@ samples with the observers only recording what they see, then has each observe i
 in order (`_replay`): the extremes of all of it in one aminmax per shape, then the same
 histc, sums and torchao widenings as call by call, so the same histogram (pinned by a test).
 
+auto simulates several candidates, each calibrated on the same samples, so most observers
+of a later candidate replay the very values an earlier one's did from the same (empty)
+state. A replay is keyed by a blake2b digest of the observer's state and of every value it
+recorded, in order (a fraction of a histc's time), and one seen before takes that one's
+resulting histogram and range (`_replays`): the madmom BGRU on ethos-u85-256 (three
+candidates simulated) has 98 of its 197 replays so, predict 24.1 -> 20.0 s, the same
+program. A replay with a non-finite value is never taken (torchao's forward warns of it).
+
 Each observation runs on one intra-op thread. torch.histc splits even 400 values over the
 threads, each counting into its own 2048 bins, then joins them: on a 2-core machine with
 another process busy, the join waits for a descheduled thread, 3 to 12 ms a call against
@@ -50,6 +58,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import hashlib
 import math
 import weakref
 
@@ -77,19 +86,47 @@ class HistogramObserver(observer.HistogramObserver):
         """Observe what was recorded, in order, as `_observe` would have one by one: the
         extremes of all of them found in a few batched ops, then per observation a histc
         added to the histogram while within the range, torchao's forward when not (the
-        same sums in the same order: the same histogram)."""
+        same sums in the same order: the same histogram). A replay of the same values from
+        the same state as one before (`_replays`) takes that one's result."""
         recorded, self._recorded = self._recorded, []
-        self._last, bounds, last = None, None, None
+        self._last = None
+        for x, version in recorded:
+            if x._version != version:
+                raise RuntimeError("an observed tensor changed after it was observed")
+        extremes = _extremes(recorded)
+        # a non-finite value goes through torchao's forward, which warns of it: never taken
+        finite = all(e is None or all(map(math.isfinite, e)) for e in extremes)
+        key = _replay_key(self, recorded) if finite else None
+        if key is not None and key in _replays:
+            _replays.move_to_end(key)
+            self._set_state(*_replays[key])
+            return
+        self._observe_all(recorded, extremes)
+        if key is not None:
+            _replays[key] = self._state()
+            while len(_replays) > _REPLAYS_KEPT:
+                _replays.popitem(last=False)
+
+    def _state(self) -> tuple:
+        return tuple(t.clone() for t in (self.min_val, self.max_val, self.histogram))
+
+    def _set_state(self, *values) -> None:
+        """min_val, max_val and histogram set in place (the buffers other nodes share)."""
+        for mine, value in zip((self.min_val, self.max_val, self.histogram), values):
+            mine.resize_(value.shape)
+            mine.copy_(value)
+
+    def _observe_all(self, recorded: list, extremes: list) -> None:
+        """`_replay`'s observations, `extremes` those of `_extremes(recorded)`."""
+        bounds, last = None, None
         with one_thread():
-            for (x, version), extremes in zip(recorded, _extremes(recorded)):
-                if x._version != version:
-                    raise RuntimeError("an observed tensor changed after it was observed")
+            for (x, _), e in zip(recorded, extremes):
                 if x.numel() == 0:
                     continue
                 if bounds is None:
                     bounds = (self.min_val.item(), self.max_val.item())
-                finite = extremes is not None and all(math.isfinite(v) for v in extremes)
-                if finite and bounds[0] <= extremes[0] and extremes[1] <= bounds[1]:
+                finite = e is not None and all(math.isfinite(v) for v in e)
+                if finite and bounds[0] <= e[0] and e[1] <= bounds[1]:
                     if last is None or last[0] is not x:  # else: the same tensor again
                         last = (x, torch.histc(x.detach(), self.bins, *bounds))
                     self.histogram.add_(last[1])
@@ -213,6 +250,36 @@ def _extremes(recorded: list) -> list:
         for x, low, high in zip(xs, lows.tolist(), highs.tolist()):
             found[id(x)] = (low, high)
     return [found.get(id(x)) for x, _ in recorded]
+
+
+# Replays by what they observed (`_replay_key`) -> the observer's state after it, most
+# recent last (the module docstring says why).
+_replays: collections.OrderedDict = collections.OrderedDict()
+_REPLAYS_KEPT = 20_000  # about 8 kB each (2048 float32 bins)
+
+
+def _replay_key(o: HistogramObserver, recorded: list):
+    """A digest of the observer's state, its parameters and every recorded value in order,
+    or None when one is not a float32 tensor on the CPU: equal digests, equal observations
+    (blake2b, 32 bytes: a collision is not a practical concern)."""
+    digest = hashlib.blake2b(digest_size=32)
+    digest.update(repr((type(o).__name__, o.bins, o.upsample_rate, len(recorded))).encode())
+    for t in (o.min_val, o.max_val, o.histogram):
+        if t.dtype != torch.float32 or t.device.type != "cpu":
+            return None
+        digest.update(repr(tuple(t.shape)).encode())
+        digest.update(t.detach().contiguous().numpy())
+    seen: dict = {}  # id -> index of the first recording of that tensor
+    for k, (x, _) in enumerate(recorded):
+        if x.dtype != torch.float32 or x.device.type != "cpu":
+            return None
+        first = seen.setdefault(id(x), k)
+        if first != k:  # the same tensor again (a weight): its index, not its bytes
+            digest.update(b"again %d;" % first)
+            continue
+        digest.update(repr(tuple(x.shape)).encode())
+        digest.update(x.detach().contiguous().numpy())
+    return digest.digest()
 
 
 def calibrate(module: torch.nn.Module, samples, run=None, budget: int = 1 << 28) -> None:
