@@ -6,8 +6,6 @@ same lowering took 1.5-2.6x as long on one day's machine as on the next
 (docs/results/real_model_accuracy.md). A benchmark prints `seconds()` in its header: the
 best of three runs of a fixed pure-Python workload (object creation, dict and attribute
 traffic, the kind torch.fx spends its time on), one process, one thread.
-
-  python -m recurrent_lowering.benchmarks.machine_speed
 """
 
 from __future__ import annotations
@@ -56,7 +54,3 @@ def line() -> str:
         f"Machine speed: {seconds():.3f} s for benchmarks/machine_speed.py's fixed Python "
         "workload (lower is faster)."
     )
-
-
-if __name__ == "__main__":
-    print(line())
