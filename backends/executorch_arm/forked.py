@@ -65,11 +65,14 @@ def _serve(fn: Callable, jobs: Sequence, unclaimed: _Unclaimed, conn) -> None:
 class Forked:
     """`fn(job)` for each of `jobs`, in order, in a forked child started at once;
     `result(i)` waits for job i's (None when nobody could do it), doing the child's last
-    unstarted jobs here meanwhile. close() when done."""
+    unstarted jobs here meanwhile: all of them while it waits, or, when the jobs are
+    `speculative` (the caller may not ask for every one), the last alone, so that this
+    process is not busy with a job nobody asks for when the result it waits for comes.
+    close() when done."""
 
-    def __init__(self, fn: Callable, jobs: Sequence):
+    def __init__(self, fn: Callable, jobs: Sequence, speculative: bool = False):
         context = multiprocessing.get_context("fork")
-        self.fn, self.jobs = fn, list(jobs)
+        self.fn, self.jobs, self.speculative = fn, list(jobs), speculative
         self.unclaimed = _Unclaimed(context, len(self.jobs))
         receive, send = context.Pipe(duplex=False)
         sys.stdout.flush()  # else the child flushes a copy of what is buffered
@@ -81,14 +84,16 @@ class Forked:
         send.close()
         self.conn = receive
         self.results: dict = {}
+        self.took = False  # whether this process has done one of the jobs
         self.started = time.monotonic()
 
     def result(self, i: int):
         while i not in self.results and self.conn is not None:
-            if not self.conn.poll(0):
+            if not self.conn.poll(0) and not (self.speculative and self.took):
                 j = self.unclaimed.take(front=False)
                 if j is not None:  # the child has not started it: done here meanwhile
                     self.results[j] = _attempt(self.fn, self.jobs[j])
+                    self.took = True
                     continue
             if self.conn.poll(1.0):
                 try:

@@ -37,6 +37,27 @@ def test_both_processes_do_the_jobs_and_one_the_child_failed_is_left_to_the_call
     assert any(here) and not all(here)  # the parent took the last jobs while it waited
 
 
+def test_a_caller_waiting_on_speculative_jobs_does_one_of_them_meanwhile():
+    """precision.judge's jobs are candidates auto may never ask for: while it waits for the
+    child's first, this process does the last (the one a miss asks for) and no more, then
+    or later."""
+    parent = os.getpid()
+
+    def job(x):
+        time.sleep(2.0 if x == 0 else 0.2)
+        return os.getpid() == parent
+
+    for speculative, here in ((True, {3}), (False, {1, 2, 3})):
+        child = forked.Forked(job, range(4), speculative=speculative)
+        try:
+            assert child.result(0) is False  # the child's
+            assert {j for j, by_parent in child.results.items() if by_parent} == here
+            if speculative:
+                assert child.result(2) is False and child.results[3] is True
+        finally:
+            child.close()
+
+
 def _lower(tmp_path, name, quantization="int8", **options):
     torch.manual_seed(0)
     model = SequenceOutput(torch.nn.GRU(8, 16, batch_first=True)).eval()

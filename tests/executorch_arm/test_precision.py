@@ -411,11 +411,35 @@ def test_the_steps_alone_in_int16_go_where_they_are_the_cheapest_to_reach_the_ta
     assert (plan.precision.name, plan.activations, plan.state_bits) == ("int16_state", "int8", 16)
     assert plan.recurrent_activations is None and plan.weight_parts == 1
     assert plan.precision.report()["regions"]["recurrent layers"] == "int8, steps int16"
-    scores["int16_state"] = [28.0]  # short: the next cheapest is asked
+    scores["int16_state"] = [28.0]  # short: the others, most accurate first, while cheaper
+    scores["int16"] = [41.0]
     scores["int16_recurrent"] = [35.9]
     plans, asked = _reaching(_choice("int8", estimates, _EVERY), scores)
-    assert asked == ["int8", "int16_w16", "int16_state", "int16_recurrent"]
+    assert asked == ["int8", "int16_w16", "int16_state", "int16", "int16_recurrent"]
     assert plans[0].precision.name == "int16_recurrent" and plans[0].state_bits == 8
+
+
+def test_a_candidate_narrower_than_one_that_misses_is_not_simulated():
+    """madmom's BGRU on ethos-u85-256 (its estimates and predicted worst dB): int16_w16
+    reaches the target; the cheapest below it, int16_state, misses, and so does int16, the
+    most accurate of the others: int16_recurrent, narrower than int16, is not simulated and
+    int16_w16 goes. Where int16 reaches the target, int16_recurrent, estimated dearer, is
+    not simulated either and int16 goes."""
+    estimates = {
+        "int16_w16": 139829.0,
+        "int16": 107329.0,
+        "int16_recurrent": 120174.0,
+        "int16_state": 103466.0,
+        "int8": 67719.0,
+    }
+    scores = {"int8": [-2.4], "int16_w16": [41.5], "int16_state": [-1.6], "int16": [16.4]}
+    plans, asked = _reaching(_choice("int8", estimates, _EVERY), scores)
+    assert asked == ["int8", "int16_w16", "int16_state", "int16"]
+    assert plans[0].precision.name == "int16_w16"
+    scores["int16"] = [36.0]
+    plans, asked = _reaching(_choice("int8", estimates, _EVERY), scores)
+    assert asked == ["int8", "int16_w16", "int16_state", "int16"]
+    assert plans[0].precision.name == "int16"
 
 
 def test_the_steps_alone_in_int16_are_weighed_for_accuracy_only():

@@ -173,8 +173,9 @@ def _best(choice: Choice, predicted: dict, names, target: float) -> str:
 
 def _wider_order(o: Options, choice: Choice) -> tuple:
     """`choice`'s wider candidates as `_simulated_wider` asks for them: (the most accurate,
-    or None; those estimated cheaper than it, cheapest first; the most accurate
-    whole-weight one when the most accurate has its weights in two parts, else None)."""
+    or None; those estimated cheaper than it, the cheapest first, then the others most
+    accurate first; the most accurate whole-weight one when the most accurate has its
+    weights in two parts, else None)."""
     narrowed = o.recurrent_weight_bits != 8  # weights in two parts are 8-bit each
     wider = [c for c in _wider(choice) if not (narrowed and c[0] in cost_model.WEIGHT_PARTS)]
     widest = next((c for c in cost_model.CANDIDATES if c in wider), None)
@@ -182,6 +183,7 @@ def _wider_order(o: Options, choice: Choice) -> tuple:
         return None, [], None
     cost = choice.estimates
     cheaper = [c for c in wider if cost[c[0]] < cost[widest[0]]]  # in cost order
+    cheaper = cheaper[:1] + [c for c in cost_model.CANDIDATES if c in cheaper[1:]]
     whole = None
     if widest[0] in cost_model.WEIGHT_PARTS:
         parts = cost_model.WEIGHT_PARTS
@@ -208,8 +210,11 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     which widen the weights alone: the most accurate whole-weight candidate is simulated
     beside it (where 8-bit weights are not what limits a model, it is as accurate for half
     the products: DTLN, int16 20.3 dB, int16_w16 19.9). When the first reaches the target,
-    the ones estimated cheaper than it are simulated, cheapest first, up to the first that
-    reaches it too."""
+    the cheapest of those estimated cheaper than it is simulated: reaching the target too,
+    it is the answer; else the others, most accurate first, each while it is estimated
+    cheaper than the cheapest reaching so far, up to the first that misses (those narrower
+    than a miss would miss too: madmom's BGRU on ethos-u85-256, int16_state and int16 short
+    of the target, int16_recurrent between them is not simulated)."""
     tried = {}
 
     def reaches(candidate) -> bool:
@@ -220,12 +225,24 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
         return _worst(predicted[name]) >= o.target_sqnr
 
     widest, cheaper, whole = _wider_order(o, choice)
-    if widest is not None and reaches(widest):
-        for candidate in cheaper:
-            if reaches(candidate):
-                break
-    elif whole is not None:
-        reaches(whole)
+    if widest is None:
+        return tried
+    if not reaches(widest):
+        if whole is not None:
+            reaches(whole)
+        return tried
+    if not cheaper or reaches(cheaper[0]):
+        return tried
+    cost, best = choice.estimates, widest[0]
+    rank = {name: k for k, (name, _, _) in enumerate(cost_model.CANDIDATES)}
+    for candidate in cheaper[1:]:
+        if rank[candidate[0]] > rank[cheaper[0][0]]:
+            break  # narrower than the cheapest, which missed
+        if cost[candidate[0]] >= cost[best]:
+            continue
+        if not reaches(candidate):
+            break
+        best = candidate[0]
     return tried
 
 

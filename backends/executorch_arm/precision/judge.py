@@ -54,7 +54,7 @@ class Judge:
             return
         self.reference()  # once, before the fork: both processes have it
         try:
-            self._child = Forked(self._simulate, plans)
+            self._child = Forked(self._simulate, plans, speculative=True)
         except OSError:  # no process to be had: each plan is simulated here when asked
             return
         self._ahead = [self.key(plan) for plan in plans]
