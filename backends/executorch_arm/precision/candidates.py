@@ -40,6 +40,8 @@ REASONABLE = 4.0
 # the BLSTM on ethos-u55-128, int16_w16 predicted at 20.3 dB for 1.76x int16's cycles, int16
 # at 19.7.
 SAME_DB = 1.0
+# Each candidate's place among them, the most accurate first.
+_RANK = {name: k for k, (name, _, _) in enumerate(cost_model.CANDIDATES)}
 
 
 def _plan(
@@ -144,12 +146,10 @@ def reaching(o: Options, plans: list, predict, ahead=None) -> list[ArmPlan]:
 def _wider(choice: Choice) -> list:
     """The candidates more accurate than `choice`'s that it weighed, cheapest first, up to
     REASONABLE x int8's estimated cycles."""
-    order = list(cost_model.CANDIDATES)
-    rank = {name: k for k, (name, _, _) in enumerate(order)}  # most accurate first
     wider = [
         c
-        for c in order
-        if c[0] in choice.weighed and c[0] in choice.estimates and rank[c[0]] < rank[choice.name]
+        for c in cost_model.CANDIDATES
+        if c[0] in choice.weighed and c[0] in choice.estimates and _RANK[c[0]] < _RANK[choice.name]
     ]
     within = [c for c in wider if choice.estimates[c[0]] <= REASONABLE * choice.int8_estimate]
     return sorted(within, key=lambda c: choice.estimates[c[0]])
@@ -234,9 +234,8 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     if not cheaper or reaches(cheaper[0]):
         return tried
     cost, best = choice.estimates, widest[0]
-    rank = {name: k for k, (name, _, _) in enumerate(cost_model.CANDIDATES)}
     for candidate in cheaper[1:]:
-        if rank[candidate[0]] > rank[cheaper[0][0]]:
+        if _RANK[candidate[0]] > _RANK[cheaper[0][0]]:
             break  # narrower than the cheapest, which missed
         if cost[candidate[0]] >= cost[best]:
             continue
