@@ -77,8 +77,8 @@ def _spy(monkeypatch, module=prefetch) -> list:
     children: list = []
 
     class Spied(forked.Forked):
-        def __init__(self, *args):
-            super().__init__(*args)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             children.append(self)
 
     monkeypatch.setattr(module, "Forked", Spied)
