@@ -41,9 +41,12 @@ def pairs_of_shapes(inputs: Sequence[tuple], outputs: Sequence[tuple]) -> list[t
     return matched
 
 
-def fed_back(run: Callable, samples: Sequence, state: list[tuple[int, int]]) -> tuple[list, list]:
+def fed_back(
+    run: Callable, samples: Sequence, state: list[tuple[int, int]], until: Callable = None
+) -> tuple[list, list]:
     """(the inputs each step took, its outputs): `run(inputs) -> outputs` over `samples`,
-    step k's state inputs being step k-1's state outputs (the first step's as given)."""
+    step k's state inputs being step k-1's state outputs (the first step's as given); ended
+    after the step whose outputs `until(step, outputs)`, when given, is true of."""
     taken, produced, previous = [], [], None
     for sample in samples:
         inputs = list(sample)
@@ -54,6 +57,8 @@ def fed_back(run: Callable, samples: Sequence, state: list[tuple[int, int]]) -> 
         taken.append(inputs)
         produced.append(outputs)
         previous = outputs
+        if until is not None and until(len(produced) - 1, outputs):
+            break
     return taken, produced
 
 

@@ -213,12 +213,12 @@ def _reaching(choice, scores, min_sqnr=30.0):
     plans = [first] if choice.name == "int8" else [first, int8]
     asked, ahead = [], []
 
-    def predict(plan):
+    def predict(plan, at_least=None):
         asked.append(_name(plan))
         return scores[asked[-1]]
 
-    def told(plans):
-        ahead.extend(_name(plan) for plan in plans)
+    def told(jobs):
+        ahead.extend(_name(plan) for plan, _ in jobs)
 
     out = candidates.reaching(Options("ethos-u85-256", min_sqnr=min_sqnr), plans, predict, told)
     assert set(asked[1:]) <= set(ahead)  # all a second process may simulate meanwhile
@@ -242,7 +242,12 @@ def test_the_plans_a_second_process_may_simulate_most_likely_first():
     process waiting for int16_w16)."""
     estimates = {"int16_w16": 2600.0, "int16": 1300.0, "int16_recurrent": 1200.0, "int8": 1000.0}
     ahead = candidates.may_simulate(Options("ethos-u85-256"), _choice("int8", estimates, _EVERY))
-    assert [_name(p) for p in ahead] == ["int16_w16", "int16_recurrent", "int16"]
+    # The cheaper one needs no figures once it is certain to miss; the others in full.
+    assert [(_name(p), at) for p, at in ahead] == [
+        ("int16_w16", None),
+        ("int16_recurrent", 30.0),
+        ("int16", None),
+    ]
     widest = _choice("int16_w16", estimates, _EVERY)
     assert candidates.may_simulate(Options("ethos-u85-256"), widest) == []
 
@@ -263,7 +268,7 @@ def test_a_choice_that_reaches_the_target_stands():
     assert choice.report()["min_sqnr"] == 30.0
     assert candidates.misfit(plans[0], 10**9) is not None
 
-    def predict(plan):
+    def predict(plan, at_least=None):
         asked.append(plan.activations)
         return scores["int8"]
 
@@ -442,6 +447,52 @@ def test_a_candidate_narrower_than_one_that_misses_is_not_simulated():
     assert plans[0].precision.name == "int16"
 
 
+def test_a_candidate_certain_to_miss_is_simulated_in_full_only_where_its_figures_decide():
+    """A simulation may stop once its candidate is certain to miss the target (a
+    judge.Bound of its figures) where a miss is all the search needs: the choice, and the
+    cheaper ones below a most accurate that reaches it; never the most accurate and its
+    whole-weight twin, between which `_best` weighs figures when none reaches. When none
+    does, a stopped choice is simulated again in full if its bound is within SAME_DB of
+    the most accurate (BGRU-like estimates on ethos-u85-256)."""
+    estimates = {
+        "int16_w16": 139829.0,
+        "int16": 107329.0,
+        "int16_recurrent": 120174.0,
+        "int16_state": 103466.0,
+        "int8": 67719.0,
+    }
+    full = {"int8": [19.4], "int16_w16": [41.5], "int16_state": [-1.6], "int16": [16.4]}
+    bounds = {"int8": [19.6], "int16_state": [5.0], "int16": [18.0]}
+
+    def run(scores):
+        asked = []
+
+        def predict(plan, at_least=None):
+            name = _name(plan)
+            asked.append((name, at_least))
+            if at_least is not None and scores[name][0] < at_least:
+                return judge.Bound(bounds[name], seen=1, of=4)
+            return scores[name]
+
+        first, int8 = _auto_plans(_choice("int8", estimates, _EVERY))
+        return candidates.reaching(Options("ethos-u85-256"), [first], predict), asked
+
+    plans, asked = run(full)  # int16_w16 reaches: the misses are misses, stopped
+    assert asked == [("int8", 30.0), ("int16_w16", None), ("int16_state", 30.0), ("int16", 30.0)]
+    assert plans[0].precision.name == "int16_w16"
+    assert plans[0].precision.report()["predicted_stopped"] == {
+        n: "upper bounds after 1 of 4 samples" for n in ("int8", "int16_state", "int16")
+    }
+    full.update(int16_w16=[20.0], int16=[19.0])  # none reaches: int8's bound is close
+    plans, asked = run(full)
+    assert asked == [("int8", 30.0), ("int16_w16", None), ("int16", None), ("int8", None)]
+    assert plans[0].precision.name == "int8" and plans[0].precision.predicted["int8"] == [19.4]
+    bounds["int8"] = [12.0]  # far under the most accurate: its figures cannot matter
+    plans, asked = run(full)
+    assert asked == [("int8", 30.0), ("int16_w16", None), ("int16", None)]
+    assert plans[0].precision.name == "int16"
+
+
 def test_the_steps_alone_in_int16_are_weighed_for_accuracy_only():
     """Their estimate puts the steps' products with R in int16 and the projections in int8;
     even within the budget they are not the cost model's choice, and they are not weighed
@@ -472,7 +523,7 @@ def _lowered(choice, predicted, measured):
 
 
 def _predictions(scores, asked):
-    def predict(plan):
+    def predict(plan, at_least=None):
         name = {("int16", None): "int16", ("int8", "int16"): "int16_recurrent"}.get(
             (plan.activations, plan.recurrent_activations), "int8"
         )
@@ -558,7 +609,7 @@ def test_flow_lowers_a_wider_candidate_when_the_tosa_reference_model_misses_the_
     samples = [(torch.randn(1, 6, 8),)]
     simulate = judge.Judge.predict
 
-    def optimistic(self, plan):
+    def optimistic(self, plan, at_least=None):
         scores = simulate(self, plan)
         int8 = plan.activations == "int8" and plan.recurrent_activations is None
         return [s + 100 for s in scores] if int8 and plan.state_bits == 8 else scores

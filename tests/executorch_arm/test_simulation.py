@@ -13,7 +13,12 @@ from torch.fx import Node
 from recurrent_lowering.backends.executorch_arm import compat, flow
 from recurrent_lowering.backends.executorch_arm.loop.op import run_graph
 from recurrent_lowering.backends.executorch_arm.options import Options
-from recurrent_lowering.backends.executorch_arm.precision import accuracy, candidates
+from recurrent_lowering.backends.executorch_arm.precision import (
+    accuracy,
+    candidates,
+    cost_model,
+    judge,
+)
 from recurrent_lowering.backends.executorch_arm.quantization import quantizer
 from recurrent_lowering.tests.executorch_arm.sequence_output import SequenceOutput
 
@@ -98,3 +103,28 @@ def test_a_loop_runs_its_quantized_step_and_the_prediction_is_the_measurement(
     )
     result = flow.lower(model, calibration[0], "ethos-u85-256", tmp_path / "f", **kw)
     assert result.precision.predicted["int8"][0] > measured + 2
+
+
+def test_a_simulation_stops_once_its_candidate_is_certain_to_miss():
+    """Judge.predict(plan, at_least): the SQNR over all samples is at most the reference's
+    energy over the error so far, so a simulation under `at_least` after its first sample
+    stops there with those bounds (judge.Bound), each at least the full run's figure; one
+    that never falls under it runs every sample and gives the full run's figures."""
+    torch.manual_seed(0)
+    module = _ConvGru().eval()
+    samples = [(torch.randn(1, 4, 6),) for _ in range(5)]
+    plan = candidates.candidates(Options("TOSA-1.0+INT", quantization="int8"), module, samples[0])[
+        0
+    ]
+    convert = flow._converted(module, samples[0], samples)
+    judging = judge.Judge(module, convert, accuracy.Evaluation(samples), flow._key)
+    exact = judging.predict(plan)
+    assert not isinstance(exact, judge.Bound) and 20 < exact[0] < 100, exact
+    bound = judging.predict(plan, at_least=200.0)
+    assert isinstance(bound, judge.Bound) and (bound.seen, bound.of) == (1, 5)
+    assert all(b >= e for b, e in zip(bound, exact)), (bound, exact)
+    assert judging.predict(plan, at_least=0.0) == exact
+    choice = cost_model.Choice(
+        "int8", "int8", "int8", {"int8": 1.0}, 0.03, predicted={"int8": bound}
+    )
+    assert choice.report()["predicted_stopped"] == {"int8": "upper bounds after 1 of 5 samples"}

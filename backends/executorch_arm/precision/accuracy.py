@@ -37,10 +37,11 @@ def flat(out) -> list:
     return [a for o in out for a in flat(o)]
 
 
-def outputs(run: Callable, evaluation: Evaluation) -> list:
+def outputs(run: Callable, evaluation: Evaluation, until: Callable = None) -> list:
     """`run(inputs) -> outputs` over the samples (closed loop for a stream), each output's
-    values stacked over the samples."""
-    _, produced = fed_back(run, evaluation.samples, list(evaluation.state))
+    values stacked over the samples (those up to where `until(sample, outputs)` is true,
+    when given)."""
+    _, produced = fed_back(run, evaluation.samples, list(evaluation.state), until)
     return stacked(produced)
 
 

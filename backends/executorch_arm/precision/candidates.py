@@ -27,6 +27,7 @@ from ..options import Options, check
 from ..plan import ArmPlan, tosa_target
 from . import cost_model
 from .cost_model import Choice
+from .judge import Bound
 
 # The cost model's int8 estimate was up to 25% off Vela on the fitted targets (ethos-u85-256
 # gru_a: 36,603 estimated, 49,094 measured); beyond that the choice was a misprediction.
@@ -118,14 +119,16 @@ def _worst(scores: list) -> float:
 
 def reaching(o: Options, plans: list, predict, ahead=None) -> list[ArmPlan]:
     """`plans` (candidates') with auto's choice held to `o.target_sqnr` on every output, as
-    `predict(plan) -> [dB per output]` (a simulation) says. The choice stands when it reaches
+    `predict(plan, at_least) -> [dB per output]` (a simulation, which may stop once the plan
+    is certain to miss `at_least`: a judge.Bound) says. The choice stands when it reaches
     the target (whether its int8 fallback would is asked only if Vela measures it over the
     budget: `holds`); else the wider candidates (up to REASONABLE x int8) are simulated,
     the most accurate first (`_simulated_wider`), and the cheapest that reaches it goes. A
     choice made for accuracy has no fallback on cycles; when none reaches the target, the
     most accurate goes first, its choice naming the output that limits it. `ahead(plans)`,
     when given, hears first of the plans that may be simulated after the choice
-    (`may_simulate`)."""
+    (`may_simulate`). A choice stopped as certain to miss is simulated again in full only
+    when none reaches the target and its bound is within SAME_DB of the most accurate."""
     first = plans[0]
     choice = first.precision
     if choice is None or choice.why is not None:
@@ -133,14 +136,27 @@ def reaching(o: Options, plans: list, predict, ahead=None) -> list[ArmPlan]:
     if ahead is not None:
         ahead(may_simulate(o, choice))
     target = o.target_sqnr
-    predicted = {choice.name: predict(first)}
+    predicted = {choice.name: predict(first, target)}
     chosen = dataclasses.replace(choice, predicted=predicted, min_sqnr=target)
     if _worst(predicted[choice.name]) >= target:  # whether int8 would too: `holds`
         return [dataclasses.replace(first, precision=chosen), *plans[1:]]
     tried = {choice.name: first, **_simulated_wider(o, choice, predicted, predict)}
+    if _in_doubt(predicted, choice.name, tried, target):
+        predicted[choice.name] = predict(first)
     best = _best(choice, predicted, tried, target)
     plan = dataclasses.replace(tried[best], precision=_for_accuracy(chosen, best, target))
     return [plan, *plans[1:]] if best == choice.name else [plan, plans[-1]]
+
+
+def _in_doubt(predicted: dict, name: str, names, target: float) -> bool:
+    """Whether `_best` needs candidate `name`'s figures, not its Bound: none of `names`
+    reaches the target, and its bound is within SAME_DB of the most accurate of the rest."""
+    if not isinstance(predicted[name], Bound):
+        return False
+    rest = [_worst(predicted[n]) for n in names if n != name]
+    if any(w >= target for w in rest):
+        return False
+    return _worst(predicted[name]) >= max(rest, default=-float("inf")) - SAME_DB
 
 
 def _wider(choice: Choice) -> list:
@@ -191,15 +207,19 @@ def _wider_order(o: Options, choice: Choice) -> tuple:
     return widest, cheaper, whole
 
 
-def may_simulate(o: Options, choice: Choice) -> list[ArmPlan]:
-    """The plans `reaching` may simulate after auto's weighed `choice`, most likely first
-    (the most accurate, then the cheaper ones in the order asked), the whole-weight one
-    that a miss of the most accurate asks for last: a second process may simulate them
-    while the choice is simulated (precision.judge), the last taken first by a caller
-    waiting for the first."""
+def may_simulate(o: Options, choice: Choice) -> list[tuple]:
+    """(plan, at_least) of the plans `reaching` may simulate after auto's weighed `choice`,
+    most likely first (the most accurate, then the cheaper ones in the order asked), the
+    whole-weight one that a miss of the most accurate asks for last: a second process may
+    simulate them while the choice is simulated (precision.judge), the last taken first by
+    a caller waiting for the first. `at_least` as `_simulated_wider` asks: the target for
+    the cheaper ones, whose miss is all it needs to know, None (in full) for the others."""
     widest, cheaper, whole = _wider_order(o, choice)
-    order = [widest, *(c for c in cheaper if c != whole), whole] if widest else []
-    return [_candidate(o, name) for name, _, _ in filter(None, order)]
+    if widest is None:
+        return []
+    order = [widest, *(c for c in cheaper if c != whole), whole]
+    wanted = {c[0]: o.target_sqnr for c in cheaper if c != whole}
+    return [(_candidate(o, c[0]), wanted.get(c[0])) for c in filter(None, order)]
 
 
 def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> dict:
@@ -214,14 +234,15 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     it is the answer; else the others, most accurate first, each while it is estimated
     cheaper than the cheapest reaching so far, up to the first that misses (those narrower
     than a miss would miss too: madmom's BGRU on ethos-u85-256, int16_state and int16 short
-    of the target, int16_recurrent between them is not simulated)."""
+    of the target, int16_recurrent between them is not simulated). Those cheaper ones
+    are simulated until certain to miss (`predict`'s `at_least`): one reaches already."""
     tried = {}
 
-    def reaches(candidate) -> bool:
+    def reaches(candidate, at_least=None) -> bool:
         name = candidate[0]
         tried[name] = _candidate(o, name)
         if name not in predicted:
-            predicted[name] = predict(tried[name])
+            predicted[name] = predict(tried[name], at_least)
         return _worst(predicted[name]) >= o.target_sqnr
 
     widest, cheaper, whole = _wider_order(o, choice)
@@ -231,7 +252,7 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
         if whole is not None:
             reaches(whole)
         return tried
-    if not cheaper or reaches(cheaper[0]):
+    if not cheaper or reaches(cheaper[0], o.target_sqnr):
         return tried
     cost, best = choice.estimates, widest[0]
     for candidate in cheaper[1:]:
@@ -239,7 +260,7 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
             break  # narrower than the cheapest, which missed
         if cost[candidate[0]] >= cost[best]:
             continue
-        if not reaches(candidate):
+        if not reaches(candidate, o.target_sqnr):
             break
         best = candidate[0]
     return tried
@@ -333,7 +354,7 @@ def holds(plan: ArmPlan, fallback: ArmPlan, predict) -> ArmPlan:
         or "int8" in choice.predicted
     ):
         return plan
-    predicted = {**choice.predicted, "int8": predict(fallback)}
+    predicted = {**choice.predicted, "int8": predict(fallback, choice.min_sqnr)}
     needed = _worst(predicted["int8"]) < choice.min_sqnr
     chosen = dataclasses.replace(choice, predicted=predicted, for_accuracy=needed)
     return dataclasses.replace(plan, precision=chosen)

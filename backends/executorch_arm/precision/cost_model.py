@@ -130,7 +130,8 @@ class Choice:
     # Accuracy (candidates.reaching): the SQNR (dB) a fake-quantized simulation predicts per
     # output for each candidate simulated, the target, and whether the choice was made for
     # accuracy beyond the budget (then no cycle overrun gives it up) or none reached it.
-    predicted: dict = dataclasses.field(default_factory=dict)  # name -> [dB per output]
+    # name -> [dB per output] (a judge.Bound where the simulation stopped at a certain miss)
+    predicted: dict = dataclasses.field(default_factory=dict)
     min_sqnr: Optional[float] = None
     for_accuracy: bool = False
     short: Optional[str] = None  # no candidate reached min_sqnr: the limiting output
@@ -158,6 +159,14 @@ class Choice:
             report["predicted_sqnr_db"] = {
                 k: [round(x, 2) for x in v] for k, v in self.predicted.items()
             }
+            # judge.Bound: simulated until certain to miss min_sqnr, its figures upper bounds
+            stopped = {
+                k: f"upper bounds after {v.seen} of {v.of} samples"
+                for k, v in self.predicted.items()
+                if getattr(v, "seen", None) is not None
+            }
+            if stopped:
+                report["predicted_stopped"] = stopped
         if self.measured:
             report["measured_sqnr_db"] = {
                 k: [round(x, 2) for x in v] for k, v in self.measured.items()

@@ -6,7 +6,10 @@ stream in its own closed loop, in dB per output (precision.candidates decides wi
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Optional
+
+import numpy as np
 
 from recurrent_lowering.runtime.metrics import sqnr_per_output
 
@@ -25,15 +28,46 @@ class Verified:
     tosa: list
 
 
+class Bound(list):
+    """A simulation stopped once a candidate was certain to miss its target: per output, an
+    upper bound of its SQNR in dB (the reference's energy over all `of` samples against the
+    error over the first `seen`; the error only grows with more samples)."""
+
+    def __init__(self, bounds, seen: int, of: int):
+        super().__init__(bounds)
+        self.seen, self.of = seen, of
+
+
+def _certain_miss(reference: list, at_least: float, record: list) -> Callable:
+    """`until(sample, outputs)` for accuracy.outputs: true once some output's SQNR bound
+    over the samples so far (Bound) is under `at_least`; the bounds go into `record`."""
+    signal = [float(np.sum(np.square(r.astype(np.float64)))) for r in reference]
+    noise = [0.0] * len(reference)
+
+    def until(k: int, outputs) -> bool:
+        for o, (r, a) in enumerate(zip(reference, outputs)):
+            error = np.ravel(r[k]).astype(np.float64) - np.ravel(np.asarray(a))
+            noise[o] += float(np.sum(np.square(error)))
+        record[:] = [
+            math.inf if n == 0.0 else (10 * math.log10(s / n) if s > 0 else -math.inf)
+            for s, n in zip(signal, noise)
+        ]
+        return min(record) < at_least
+
+    return until
+
+
 class Judge:
     """`predict(plan)` simulates the plan's converted module, made by `convert(plan) ->
     (converted module, quantizer)` and kept in `quantized[key(plan)]` for its lowering;
     `measure(result)` runs a lowering (flow.LoweringResult) on the TOSA reference model and
-    keeps what it ran in `result.verified`. `ahead(plans)` simulates plans that may be
-    asked for next in a forked child (forked.py: the lowering runs torch on one thread, the
-    child is the second core) until close(); a plan the child simulated has its scores but
-    no converted module here: its lowering converts it again, the same calibration on the
-    same samples, so the same program."""
+    keeps what it ran in `result.verified`. `predict(plan, at_least)` may stop the
+    simulation once some output is certain to miss `at_least` dB, and returns a Bound then
+    (for a caller to whom a miss is a miss whatever its figure). `ahead(jobs)` simulates
+    (plan, at_least) jobs that may be asked for next in a forked child (forked.py: the
+    lowering runs torch on one thread, the child is the second core) until close(); a plan
+    the child simulated has its scores but no converted module here: its lowering converts
+    it again, the same calibration on the same samples, so the same program."""
 
     def __init__(self, module, convert: Callable, evaluation: accuracy.Evaluation, key):
         self.module, self.convert, self.evaluation, self.key = module, convert, evaluation, key
@@ -48,16 +82,16 @@ class Judge:
             self._reference.extend(accuracy.outputs(run, self.evaluation))
         return self._reference
 
-    def ahead(self, plans) -> None:
+    def ahead(self, jobs) -> None:
         self.close()
-        if cores() < 2 or not plans:
+        if cores() < 2 or not jobs:
             return
         self.reference()  # once, before the fork: both processes have it
         try:
-            self._child = Forked(self._simulate, plans, speculative=True)
+            self._child = Forked(self._job, jobs, speculative=True)
         except OSError:  # no process to be had: each plan is simulated here when asked
             return
-        self._ahead = [self.key(plan) for plan in plans]
+        self._ahead = [self.key(plan) for plan, _ in jobs]
 
     def close(self) -> None:
         """Stop the child of `ahead` (its jobs nobody asked for are dropped)."""
@@ -65,19 +99,28 @@ class Judge:
             self._child.close()
         self._child, self._ahead = None, []
 
-    def predict(self, plan) -> list:
+    def predict(self, plan, at_least: Optional[float] = None) -> list:
         key = self.key(plan)
         if self._child is not None and key in self._ahead:
             scores = self._child.result(self._ahead.index(key))
-            if scores is not None:  # else the child failed it: simulated here, as ever
+            # None: the child failed it; a Bound: not enough for a caller wanting figures
+            if scores is not None and (at_least is not None or not isinstance(scores, Bound)):
                 return scores
-        return self._simulate(plan)
+        return self._simulate(plan, at_least)
 
-    def _simulate(self, plan) -> list:
+    def _job(self, job) -> list:
+        return self._simulate(*job)
+
+    def _simulate(self, plan, at_least: Optional[float] = None) -> list:
         converted, quantizer = self.quantized[self.key(plan)] = self.convert(plan)
         run = accuracy.of_module(converted, converted=True, tosa_spec=quantizer.tosa_spec)
-        simulated = accuracy.outputs(run, self.evaluation)
-        return sqnr_per_output(self.reference(), simulated)
+        reference, bounds = self.reference(), []
+        until = None if at_least is None else _certain_miss(reference, at_least, bounds)
+        simulated = accuracy.outputs(run, self.evaluation, until)
+        seen, of = len(simulated[0]), len(reference[0])
+        if seen < of:
+            return Bound(bounds, seen, of)
+        return sqnr_per_output(reference, simulated)
 
     def measure(self, result) -> list:
         tosa = accuracy.outputs(accuracy.of_lowered(result), self.evaluation)
