@@ -491,6 +491,14 @@ def test_a_candidate_certain_to_miss_is_simulated_in_full_only_where_its_figures
     plans, asked = run(full)
     assert asked == [("int8", 30.0), ("int16_w16", None), ("int16", None)]
     assert plans[0].precision.name == "int16"
+    first, _ = _auto_plans(_choice("int16_w16", estimates, _EVERY))  # nothing wider
+    asked = []
+    plans = candidates.reaching(
+        Options("ethos-u85-256"),
+        [first],
+        lambda plan, at_least=None: asked.append(at_least) or [20.0],
+    )
+    assert asked == [None] and plans[0].precision.short == "output 0 at 20.0 dB"
 
 
 def test_the_steps_alone_in_int16_are_weighed_for_accuracy_only():

@@ -136,7 +136,9 @@ def reaching(o: Options, plans: list, predict, ahead=None) -> list[ArmPlan]:
     if ahead is not None:
         ahead(may_simulate(o, choice))
     target = o.target_sqnr
-    predicted = {choice.name: predict(first, target)}
+    # Stopped at a certain miss only if wider ones may answer it; else its figures decide.
+    alone = _wider_order(o, choice)[0] is None
+    predicted = {choice.name: predict(first, None if alone else target)}
     chosen = dataclasses.replace(choice, predicted=predicted, min_sqnr=target)
     if _worst(predicted[choice.name]) >= target:  # whether int8 would too: `holds`
         return [dataclasses.replace(first, precision=chosen), *plans[1:]]
