@@ -237,7 +237,9 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
     cheaper than the cheapest reaching so far, up to the first that misses (those narrower
     than a miss would miss too: madmom's BGRU on ethos-u85-256, int16_state and int16 short
     of the target, int16_recurrent between them is not simulated). Those cheaper ones
-    are simulated until certain to miss (`predict`'s `at_least`): one reaches already."""
+    are simulated until certain to miss (`predict`'s `at_least`): one reaches already; but
+    the whole-weight one, in full, as `may_simulate` hands it to a second process, so the
+    report's figures do not depend on the cores."""
     tried = {}
 
     def reaches(candidate, at_least=None) -> bool:
@@ -254,7 +256,13 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
         if whole is not None:
             reaches(whole)
         return tried
-    if not cheaper or reaches(cheaper[0], o.target_sqnr):
+
+    # A miss is all these need, but the whole-weight one runs in full as may_simulate has
+    # it (a miss of the most accurate needs its figures): the same figures in one process.
+    def at_least(candidate):
+        return None if candidate == whole else o.target_sqnr
+
+    if not cheaper or reaches(cheaper[0], at_least(cheaper[0])):
         return tried
     cost, best = choice.estimates, widest[0]
     for candidate in cheaper[1:]:
@@ -262,7 +270,7 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
             break  # narrower than the cheapest, which missed
         if cost[candidate[0]] >= cost[best]:
             continue
-        if not reaches(candidate, o.target_sqnr):
+        if not reaches(candidate, at_least(candidate)):
             break
         best = candidate[0]
     return tried
