@@ -12,7 +12,11 @@ def sqnr_db(reference, actual) -> float:
     inf when they are equal, -inf for a zero reference with any noise."""
     reference = np.asarray(reference, dtype=np.float64)
     noise = float(np.sum(np.square(reference - np.asarray(actual, dtype=np.float64))))
-    signal = float(np.sum(np.square(reference)))
+    return db(float(np.sum(np.square(reference))), noise)
+
+
+def db(signal: float, noise: float) -> float:
+    """10 log10(signal / noise) for energies: inf for no noise, -inf for noise on no signal."""
     if noise == 0.0:
         return math.inf
     return 10.0 * math.log10(signal / noise) if signal > 0 else -math.inf

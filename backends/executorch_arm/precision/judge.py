@@ -6,11 +6,11 @@ stream in its own closed loop, in dB per output (precision.candidates decides wi
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Optional
 
 import numpy as np
 
+from recurrent_lowering.runtime import metrics
 from recurrent_lowering.runtime.metrics import sqnr_per_output
 
 from ..forked import Forked, cores
@@ -48,10 +48,7 @@ def _certain_miss(reference: list, at_least: float, record: list) -> Callable:
         for o, (r, a) in enumerate(zip(reference, outputs)):
             error = np.ravel(r[k]).astype(np.float64) - np.ravel(np.asarray(a))
             noise[o] += float(np.sum(np.square(error)))
-        record[:] = [
-            math.inf if n == 0.0 else (10 * math.log10(s / n) if s > 0 else -math.inf)
-            for s, n in zip(signal, noise)
-        ]
+        record[:] = [metrics.db(s, n) for s, n in zip(signal, noise)]
         return min(record) < at_least
 
     return until
