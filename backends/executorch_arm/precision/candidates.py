@@ -209,6 +209,13 @@ def _wider_order(o: Options, choice: Choice) -> tuple:
     return widest, cheaper, whole
 
 
+def _at_least(o: Options, candidate, cheaper: list, whole) -> Optional[float]:
+    """How far a wider candidate is simulated: until certain to miss the target for the
+    cheaper ones, whose miss is all `_simulated_wider` needs; in full (None) for the most
+    accurate and the whole-weight one, whose figures answer a miss of the most accurate."""
+    return o.target_sqnr if candidate in cheaper and candidate != whole else None
+
+
 def may_simulate(o: Options, choice: Choice) -> list[tuple]:
     """(plan, at_least) of the plans `reaching` may simulate after auto's weighed `choice`,
     most likely first (the most accurate, then the cheaper ones in the order asked), the
@@ -220,8 +227,7 @@ def may_simulate(o: Options, choice: Choice) -> list[tuple]:
     if widest is None:
         return []
     order = [widest, *(c for c in cheaper if c != whole), whole]
-    wanted = {c[0]: o.target_sqnr for c in cheaper if c != whole}
-    return [(_candidate(o, c[0]), wanted.get(c[0])) for c in filter(None, order)]
+    return [(_candidate(o, c[0]), _at_least(o, c, cheaper, whole)) for c in filter(None, order)]
 
 
 def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> dict:
@@ -257,12 +263,7 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
             reaches(whole)
         return tried
 
-    # A miss is all these need, but the whole-weight one runs in full as may_simulate has
-    # it (a miss of the most accurate needs its figures): the same figures in one process.
-    def at_least(candidate):
-        return None if candidate == whole else o.target_sqnr
-
-    if not cheaper or reaches(cheaper[0], at_least(cheaper[0])):
+    if not cheaper or reaches(cheaper[0], _at_least(o, cheaper[0], cheaper, whole)):
         return tried
     cost, best = choice.estimates, widest[0]
     for candidate in cheaper[1:]:
@@ -270,7 +271,7 @@ def _simulated_wider(o: Options, choice: Choice, predicted: dict, predict) -> di
             break  # narrower than the cheapest, which missed
         if cost[candidate[0]] >= cost[best]:
             continue
-        if not reaches(candidate, at_least(candidate)):
+        if not reaches(candidate, _at_least(o, candidate, cheaper, whole)):
             break
         best = candidate[0]
     return tried
