@@ -424,19 +424,23 @@ def test_the_steps_alone_in_int16_go_where_they_are_the_cheapest_to_reach_the_ta
     assert plans[0].precision.name == "int16_recurrent" and plans[0].state_bits == 8
 
 
+# madmom's BGRU on ethos-u85-256: the cost model's estimates per candidate.
+_BGRU_U85 = {
+    "int16_w16": 139829.0,
+    "int16": 107329.0,
+    "int16_recurrent": 120174.0,
+    "int16_state": 103466.0,
+    "int8": 67719.0,
+}
+
+
 def test_a_candidate_narrower_than_one_that_misses_is_not_simulated():
     """madmom's BGRU on ethos-u85-256 (its estimates and predicted worst dB): int16_w16
     reaches the target; the cheapest below it, int16_state, misses, and so does int16, the
     most accurate of the others: int16_recurrent, narrower than int16, is not simulated and
     int16_w16 goes. Where int16 reaches the target, int16_recurrent, estimated dearer, is
     not simulated either and int16 goes."""
-    estimates = {
-        "int16_w16": 139829.0,
-        "int16": 107329.0,
-        "int16_recurrent": 120174.0,
-        "int16_state": 103466.0,
-        "int8": 67719.0,
-    }
+    estimates = _BGRU_U85
     scores = {"int8": [-2.4], "int16_w16": [41.5], "int16_state": [-1.6], "int16": [16.4]}
     plans, asked = _reaching(_choice("int8", estimates, _EVERY), scores)
     assert asked == ["int8", "int16_w16", "int16_state", "int16"]
@@ -454,13 +458,7 @@ def test_a_candidate_certain_to_miss_is_simulated_in_full_only_where_its_figures
     whole-weight twin, between which `_best` weighs figures when none reaches. When none
     does, a stopped choice is simulated again in full if its bound is within SAME_DB of
     the most accurate (BGRU-like estimates on ethos-u85-256)."""
-    estimates = {
-        "int16_w16": 139829.0,
-        "int16": 107329.0,
-        "int16_recurrent": 120174.0,
-        "int16_state": 103466.0,
-        "int8": 67719.0,
-    }
+    estimates = _BGRU_U85
     full = {"int8": [19.4], "int16_w16": [41.5], "int16_state": [-1.6], "int16": [16.4]}
     bounds = {"int8": [19.6], "int16_state": [5.0], "int16": [18.0]}
 
