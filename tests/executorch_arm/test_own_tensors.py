@@ -4,13 +4,19 @@ the convolution's weight in place, and the quantization works on copies
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from executorch.backends.arm._passes.fold_scalar_mul_into_conv_pass import (
     FoldScalarMulIntoConvPass,
 )
+from executorch.backends.arm.tosa import TosaSpecification
+from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.backends.executorch_arm.exported import module_of, with_own_tensors
+from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
+from recurrent_lowering.backends.executorch_arm.quantization import quantizer
 from recurrent_lowering.runtime import arm_numerics
 
 
@@ -60,3 +66,25 @@ def test_lowering_twice_gives_one_program_and_leaves_the_module(tmp_path):
     first, second = (r.tosa_files[0].read_bytes() for r in results)
     assert first == second
     assert arm_numerics.check(results[1], model, x).sqnr_db > 40
+
+
+def _quantized(model, x, graph_module=None):
+    spec = TosaCompileSpec(TosaSpecification.create_from_string("TOSA-1.0+INT"))
+    made = quantizer.create(spec, ArmPlan("TOSA-1.0+INT"))
+    return flow.quantize(model, x, made, graph_module=graph_module)
+
+
+def test_candidates_quantize_copies_of_one_export():
+    """auto exports the module once and each candidate quantizes a copy (flow._converted):
+    every copy folds into its own weights, so each candidate gets the program a fresh
+    export gives and the shared graph stays the float one."""
+    model, x = _model_and_input()
+    graph = flow.float_graph(model, x)
+    weights = {k: v.clone() for k, v in graph.state_dict().items()}
+    fresh = _quantized(model, x)
+    copies = [_quantized(model, x, copy.deepcopy(graph)) for _ in range(2)]
+    assert all(torch.equal(v, weights[k]) for k, v in graph.state_dict().items())
+    for converted in copies:
+        assert converted.code == fresh.code
+        assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in converted.state_dict().items())
+        assert torch.equal(converted(*x), fresh(*x))
