@@ -456,8 +456,9 @@ def test_a_candidate_certain_to_miss_is_simulated_in_full_only_where_its_figures
     judge.Bound of its figures) where a miss is all the search needs: the choice, and the
     cheaper ones below a most accurate that reaches it; never the most accurate and its
     whole-weight twin, between which `_best` weighs figures when none reaches. When none
-    does, a stopped choice is simulated again in full if its bound is within SAME_DB of
-    the most accurate (BGRU-like estimates on ethos-u85-256)."""
+    does, a stopped choice whose bound is within SAME_DB of the most accurate is simulated
+    again, until certain to miss that one's figure less SAME_DB (BGRU-like estimates on
+    ethos-u85-256)."""
     estimates = _BGRU_U85
     full = {"int8": [19.4], "int16_w16": [41.5], "int16_state": [-1.6], "int16": [16.4]}
     bounds = {"int8": [19.6], "int16_state": [5.0], "int16": [18.0]}
@@ -469,7 +470,7 @@ def test_a_candidate_certain_to_miss_is_simulated_in_full_only_where_its_figures
             name = _name(plan)
             asked.append((name, at_least))
             if at_least is not None and scores[name][0] < at_least:
-                return judge.Bound(bounds[name], seen=1, of=4)
+                return judge.Bound([min(bounds[name][0], at_least - 0.5)], seen=1, of=4)
             return scores[name]
 
         first, int8 = _auto_plans(_choice("int8", estimates, _EVERY))
@@ -484,8 +485,13 @@ def test_a_candidate_certain_to_miss_is_simulated_in_full_only_where_its_figures
     }
     full.update(int16_w16=[20.0], int16=[19.0])  # none reaches: int8's bound is close
     plans, asked = run(full)
-    assert asked == [("int8", 30.0), ("int16_w16", None), ("int16", None), ("int8", None)]
+    assert asked == [("int8", 30.0), ("int16_w16", None), ("int16", None), ("int8", 19.0)]
     assert plans[0].precision.name == "int8" and plans[0].precision.predicted["int8"] == [19.4]
+    full["int8"] = [18.5]  # close by its bound, and certain to miss 19.0 once run further
+    plans, asked = run(full)
+    assert asked[-1] == ("int8", 19.0) and plans[0].precision.name == "int16"
+    assert isinstance(plans[0].precision.predicted["int8"], judge.Bound)
+    full["int8"] = [19.4]
     bounds["int8"] = [12.0]  # far under the most accurate: its figures cannot matter
     plans, asked = run(full)
     assert asked == [("int8", 30.0), ("int16_w16", None), ("int16", None)]

@@ -109,14 +109,21 @@ def test_a_simulation_stops_once_its_candidate_is_certain_to_miss():
     """Judge.predict(plan, at_least): the SQNR over all samples is at most the reference's
     energy over the error so far, so a simulation under `at_least` after its first sample
     stops there with those bounds (judge.Bound), each at least the full run's figure; one
-    that never falls under it runs every sample and gives the full run's figures."""
+    that never falls under it runs every sample and gives the full run's figures. A plan
+    simulated again reuses its conversion, and simulates as a fresh one does."""
     torch.manual_seed(0)
     module = _ConvGru().eval()
     samples = [(torch.randn(1, 4, 6),) for _ in range(5)]
     plan = candidates.candidates(Options("TOSA-1.0+INT", quantization="int8"), module, samples[0])[
         0
     ]
-    convert = flow._converted(module, samples[0], samples)
+    converted = flow._converted(module, samples[0], samples)
+    conversions = []
+
+    def convert(p):
+        conversions.append(p)
+        return converted(p)
+
     judging = judge.Judge(module, convert, accuracy.Evaluation(samples), flow._key)
     exact = judging.predict(plan)
     assert not isinstance(exact, judge.Bound) and 20 < exact[0] < 100, exact
@@ -124,6 +131,9 @@ def test_a_simulation_stops_once_its_candidate_is_certain_to_miss():
     assert isinstance(bound, judge.Bound) and (bound.seen, bound.of) == (1, 5)
     assert all(b >= e for b, e in zip(bound, exact)), (bound, exact)
     assert judging.predict(plan, at_least=0.0) == exact
+    assert len(conversions) == 1  # simulated again, the plan's conversion is reused
+    fresh = judge.Judge(module, converted, accuracy.Evaluation(samples), flow._key)
+    assert fresh.predict(plan, at_least=0.0) == exact  # as a fresh conversion simulates
     choice = cost_model.Choice(
         "int8", "int8", "int8", {"int8": 1.0}, 0.03, predicted={"int8": bound}
     )

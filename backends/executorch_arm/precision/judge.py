@@ -56,7 +56,8 @@ def _certain_miss(reference: list, at_least: float, record: list) -> Callable:
 
 class Judge:
     """`predict(plan)` simulates the plan's converted module, made by `convert(plan) ->
-    (converted module, quantizer)` and kept in `quantized[key(plan)]` for its lowering;
+    (converted module, quantizer)` and kept in `quantized[key(plan)]` for its lowering
+    (and a second simulation of it, which runs the same conversion);
     `measure(result)` runs a lowering (flow.LoweringResult) on the TOSA reference model and
     keeps what it ran in `result.verified`. `predict(plan, at_least)` may stop the
     simulation once some output is certain to miss `at_least` dB, and returns a Bound then
@@ -109,7 +110,10 @@ class Judge:
         return self._simulate(*job)
 
     def _simulate(self, plan, at_least: Optional[float] = None) -> list:
-        converted, quantizer = self.quantized[self.key(plan)] = self.convert(plan)
+        key = self.key(plan)
+        if key not in self.quantized:  # a plan simulated again runs the same conversion
+            self.quantized[key] = self.convert(plan)
+        converted, quantizer = self.quantized[key]
         run = accuracy.of_module(converted, converted=True, tosa_spec=quantizer.tosa_spec)
         reference, bounds = self.reference(), []
         until = None if at_least is None else _certain_miss(reference, at_least, bounds)
