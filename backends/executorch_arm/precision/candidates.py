@@ -161,9 +161,9 @@ def _doubt(predicted: dict, name: str, names, target: float) -> Optional[float]:
     if not isinstance(predicted[name], Bound):
         return None
     rest = [_worst(predicted[n]) for n in names if n != name]
-    if not rest or any(w >= target for w in rest):
+    if any(w >= target for w in rest):
         return None
-    close = max(rest) - SAME_DB
+    close = max(rest, default=-float("inf")) - SAME_DB  # with nothing else: in full
     return close if _worst(predicted[name]) >= close else None
 
 
