@@ -57,3 +57,24 @@ def test_partitioner_hook_uses_our_decomposition():
     )
     linears = [op for op in ops if "linear" in str(op)]
     assert len(linears) == len(ours) < 2 * x.shape[1] + 1
+
+
+def test_a_loop_left_outside_a_delegate_is_refused():
+    """The partitioner sees the edge dialect's loop op, not the torch op: the check that
+    refuses an undelegated loop has to recognise both."""
+    import pytest
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    from recurrent_lowering.backends.executorch_arm.loop import op as loop_op
+    from recurrent_lowering.passes.spec import SpecError
+
+    for target in (loop_op.OP, exir_ops.edge.recurrent_lowering.loop.default):
+        graph = torch.fx.Graph()
+        xs, h = graph.placeholder("xs"), graph.placeholder("h")
+        node = graph.call_function(target, (xs, h, None, 0, 4, False, False, False))
+        graph.output(node)
+        assert loop_op.is_loop(node)
+        with pytest.raises(SpecError, match="not delegated"):
+            partitioner._check_loops_delegated(graph)
+        node.meta["delegation_tag"] = "tag0"
+        partitioner._check_loops_delegated(graph)  # delegated: accepted

@@ -41,6 +41,13 @@ EDGE_NAME = "recurrent_lowering.loop.default"  # the edge op's __name__ (node vi
 META_KEY = "recurrent_lowering_loop"  # node.meta["custom"][META_KEY]: the StepProgram
 
 
+def is_loop(node: Node) -> bool:
+    """A loop node, before `to_edge` (the torch op) or after it (the edge op)."""
+    if node.op != "call_function":
+        return False
+    return node.target == OP or getattr(node.target, "__name__", None) == EDGE_NAME
+
+
 @dataclasses.dataclass(eq=False)
 class StepProgram:
     """One step of a layer direction: step(h, [c], x_t) -> (h', [c']), plus what lowering

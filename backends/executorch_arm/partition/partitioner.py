@@ -74,8 +74,8 @@ class _Hook:
 def _check_loops_delegated(graph) -> None:
     """A loop node left outside a delegate would reach the CPU runtime, which has no kernel
     for it: refuse here, naming the layer, rather than write a .pte that cannot run."""
-    for node in graph.find_nodes(op="call_function", target=loop_op.OP):
-        if "delegation_tag" not in node.meta:
+    for node in graph.nodes:
+        if loop_op.is_loop(node) and "delegation_tag" not in node.meta:
             raise SpecError(
                 layer_of(node) or node.name,
                 "emission",
