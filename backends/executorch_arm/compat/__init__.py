@@ -16,6 +16,7 @@ versions in VERSIONS (`check_versions` refuses others):
   factory.py             ExecuTorch's own quantizer and partitioner factory (the baseline)
   edge_ops.py            edge-dialect operators (ExecuTorch's private `exir.dialects._ops`)
   logs.py                ExecuTorch's Ethos-U backend logger held at WARNING while lowering
+  lazy_recompile.py      torch.fx GraphModules built while lowering compile their code lazily
 
 docs/arm.md ("What is extended in ExecuTorch") says what each changes and why.
 """
@@ -50,6 +51,7 @@ def lowering():
     from . import (
         clamp_table,
         conv_int16_readers,
+        lazy_recompile,
         logs,
         pass_insertions,
         permute_propagation,
@@ -64,5 +66,5 @@ def lowering():
         *permute_propagation.insertions(),
         *conv_int16_readers.insertions(),
     ]
-    with pass_insertions.installed(insertions), logs.vela_quiet():
+    with pass_insertions.installed(insertions), logs.vela_quiet(), lazy_recompile.lazy():
         yield
