@@ -31,6 +31,10 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
   --float_cell   also the simulation with each LSTM loop step quantized but its cell-state
                  path (cell_path.py: c, the products and sums it enters) left float: what a
                  wider cell state would give
+  --widen F      every int16 activation's range (the loop steps' too, states included)
+                 F times the one its histogram search finds: whether the calibrated ranges
+                 clip what the held-out stream needs (F > 1 helps) or their resolution is
+                 what limits it (F > 1 hurts, about 6 dB a doubling on what it limits)
   --int16_tables SPEC[;SPEC...]
                  the simulation with ExecuTorch's int16 TABLEs emulated (int16_tables.py) on
                  the ops SPEC names: all, op names (sigmoid, tanh, reciprocal, pow: a sqrt)
@@ -66,6 +70,7 @@ from recurrent_lowering.benchmarks import (
     int16_tables,
     real_models,
     speech,
+    widened_ranges,
 )
 from recurrent_lowering.benchmarks import sqnr_attribution as sa
 from recurrent_lowering.runtime import streams
@@ -166,6 +171,7 @@ def main() -> None:
     parser.add_argument("--lut_down", action="store_true", help="with --tosa")
     parser.add_argument("--sqrt_table", type=int, default=0)
     parser.add_argument("--int16_tables", default="")
+    parser.add_argument("--widen", type=float, default=1.0, help="int16 ranges times F")
     parser.add_argument("--keep_recurrent_on_cpu", action="store_true", help="in float")
     parser.add_argument("--steps", default="float", choices=("float", "quantized"))
     parser.add_argument("--float_cell", action="store_true")
@@ -175,6 +181,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     caller_directory.enter()
+    widening = widened_ranges.int16(args.widen) if args.widen != 1.0 else contextlib.nullcontext()
+    with widening:
+        _attribute(args)
+
+
+def _attribute(args) -> None:
     with tempfile.TemporaryDirectory() as work:
         prep = _prepared(args.model, args.cache, work)
     module, calibrate = prep.module, prep.calibration
@@ -187,6 +199,8 @@ def main() -> None:
     evaluation = accuracy.Evaluation(prep.evaluation, state)
     reference = accuracy.outputs(fp32, evaluation)
     results: dict = {"model": args.model, "target": args.target, "samples": len(prep.evaluation)}
+    if args.widen != 1.0:
+        results["widen"] = args.widen
 
     def score(outs) -> dict:
         out = {"sqnr_db": [round(x, 2) for x in sqnr_per_output(reference, outs)]}
