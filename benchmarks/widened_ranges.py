@@ -16,7 +16,8 @@ from recurrent_lowering.backends.executorch_arm.compat import histogram_observer
 @contextlib.contextmanager
 def int16(factor: float):
     """Our HistogramObserver's int16 ranges `factor` times wider while inside (--widen):
-    as quantization.inputs widens a model input, but every observer, pinned ones aside."""
+    as quantization.inputs widens a model input (`widened_qparams`), but every observer,
+    pinned ones aside."""
     observer = histogram_observer.HistogramObserver
     original = observer.calculate_qparams
 
@@ -26,11 +27,7 @@ def int16(factor: float):
             return original(self)
         if self.quant_max <= 255:  # int8
             return original(self)
-        low, high = self._non_linear_param_search()
-        scale, zero_point = self._calculate_qparams(low, high)
-        if scale <= self.eps:  # the floor's range, already wider
-            return scale, zero_point
-        return self._calculate_qparams(low * factor, high * factor)
+        return histogram_observer.widened_qparams(self, factor)
 
     observer.calculate_qparams = calculate_qparams
     try:

@@ -369,14 +369,20 @@ class WidenedHistogramObserver(HistogramObserver):
     def calculate_qparams(self):
         if self._pinned is not None or self.min_val == float("inf"):
             return super().calculate_qparams()  # pinned, or nothing observed
-        low, high = self._non_linear_param_search()  # torchao's qparams, searched once
-        scale, zero_point = self._calculate_qparams(low, high)
-        if scale <= self.eps:
-            return scale, zero_point  # the floor's range
-        return self._calculate_qparams(low * self.factor, high * self.factor)
+        return widened_qparams(self, self.factor)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, factor={self.factor}"
+
+
+def widened_qparams(o: HistogramObserver, factor: float) -> tuple:
+    """torchao's qparams of `o` (observed, not pinned) with the range `factor` times wider,
+    unless its scale is at eps's floor: that range is already wider and kept."""
+    low, high = o._non_linear_param_search()  # torchao's qparams, searched once
+    scale, zero_point = o._calculate_qparams(low, high)
+    if scale <= o.eps:
+        return scale, zero_point
+    return o._calculate_qparams(low * factor, high * factor)
 
 
 def widened(spec, factor: float):
