@@ -135,7 +135,7 @@ def _make_static(gm: torch.fx.GraphModule) -> dict:
         if node.op != "call_module":
             continue
         kind = type(gm.get_submodule(node.target)).__name__
-        if kind == "OnnxCopyIdentity" and node.args[0].op != "placeholder":
+        if kind == "OnnxCopyIdentity":
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
             replaced[kind] = replaced.get(kind, 0) + 1
@@ -298,6 +298,31 @@ def _graph_outputs_through_identity(model: onnx.ModelProto, recurrent: dict):
     return copy, recurrent
 
 
+def _unproduced_outputs_through_identity(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx2torch finds a graph output only among node outputs (KeyError otherwise): an
+    output that is an initializer (a folded Constant) or a graph input passed straight
+    through gets an Identity under a new name. The torch module returns its outputs in
+    order, so the name is not seen past conversion."""
+    produced = {name for node in model.graph.node for name in node.output}
+    unproduced = [k for k, o in enumerate(model.graph.output) if o.name not in produced]
+    if not unproduced:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    taken = (
+        produced | {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer}
+    )
+    for k in unproduced:
+        output = copy.graph.output[k]
+        name = f"{output.name}__graph_output"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        copy.graph.node.append(onnx.helper.make_node("Identity", [output.name], [name]))
+        output.name = name
+    return copy
+
+
 def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torch.fx.GraphModule:
     """`model` (no Scan/Loop/If, and no GRU/LSTM/RNN but those in `recurrent`) as an
     eval-mode fx GraphModule whose forward takes the graph inputs (initializers excluded) in
@@ -308,6 +333,7 @@ def onnx_to_torch(model: onnx.ModelProto, recurrent: dict | None = None) -> torc
     recurrent = recurrent or {}
     _check_convertible(model, recurrent)
     model, recurrent = _graph_outputs_through_identity(model, recurrent)
+    model = _unproduced_outputs_through_identity(model)
     converter = onnx2torch()
     try:
         with torch_recurrent.nodes(recurrent):

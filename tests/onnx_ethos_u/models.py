@@ -2,8 +2,10 @@
 
 `recurrent_with_head`: X [T, 1, I] -> GRU/LSTM/RNN -> Y [T, 1, 1, H] -> Squeeze(axis 1)
 -> MatMul [H, 1] -> Z [T, 1, 1]; Y_h is a second graph output, so both the sequence and
-the final state are checked. `recurrent`: the node alone, with any attributes, optional
-initial states and sequence_lens as graph inputs (feeds returned alongside).
+the final state are checked. `outputs_no_node_computes`: a GRU beside outputs that are a
+Constant, an initializer, a graph input and an Identity of one. `recurrent`: the node
+alone, with any attributes, optional initial states and sequence_lens as graph inputs
+(feeds returned alongside).
 """
 
 from __future__ import annotations
@@ -66,6 +68,37 @@ def recurrent_with_head(
         helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, 1, hidden]),
     ]
     return _model(nodes, f"{op.lower()}_head", inputs, outputs, arrays, opset)
+
+
+def outputs_no_node_computes(steps: int = 4, input_size: int = 6, hidden: int = 8):
+    """X -> GRU -> Y_h, and outputs no node computes from X: `const_out` (a Constant node),
+    `init_out` (an initializer), `aux` (a graph input listed as an output) and `aux_out`
+    (an Identity of `aux`). onnxruntime takes all four."""
+    arrays = _weights("GRU", input_size, hidden, 1)
+    arrays["init_out"] = np.array([0.5, -1.0], np.float32)
+    nodes = [
+        helper.make_node("GRU", ["X", "W", "R", "B"], ["", "Y_h"], hidden_size=hidden),
+        helper.make_node(
+            "Constant",
+            [],
+            ["const_out"],
+            value=numpy_helper.from_array(np.arange(3, dtype=np.float32) - 1, "v"),
+        ),
+        helper.make_node("Identity", ["aux"], ["aux_out"]),
+    ]
+    f = TensorProto.FLOAT
+    inputs = [
+        helper.make_tensor_value_info("X", f, [steps, 1, input_size]),
+        helper.make_tensor_value_info("aux", f, [1, 4]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("Y_h", f, [1, 1, hidden]),
+        helper.make_tensor_value_info("const_out", f, [3]),
+        helper.make_tensor_value_info("init_out", f, [2]),
+        helper.make_tensor_value_info("aux", f, [1, 4]),
+        helper.make_tensor_value_info("aux_out", f, [1, 4]),
+    ]
+    return _model(nodes, "outputs_no_node_computes", inputs, outputs, arrays, 17)
 
 
 def recurrent(

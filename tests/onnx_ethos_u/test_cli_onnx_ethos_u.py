@@ -66,6 +66,18 @@ def test_onnx_recurrent_model_to_ethos_u55(tmp_path, op, opset, sqnr_floor):
         }
 
 
+def test_outputs_no_node_computes_lower_to_u55(tmp_path):
+    """Outputs that are a constant or a graph input passed through: conversion raised
+    KeyError, and an Identity kept as a copy gave Vela a TOSA output no op writes ("TOSA
+    FB Reader error")."""
+    report = _lower(
+        tmp_path, models.outputs_no_node_computes(), "ethos-u55-128", "--quantization=int8"
+    )
+    num = report["numerics"]
+    assert num["outputs"] == ["Y_h", "const_out", "init_out", "aux", "aux_out"]
+    assert min(num["sqnr_db_per_output"]) > 30  # int8: 44-66 dB measured
+
+
 def test_calibration_npz_by_input_name(tmp_path):
     model = models.recurrent_with_head("GRU")
     np.savez(tmp_path / "calib.npz", X=models.sample_input(model))

@@ -115,6 +115,25 @@ def test_rewritten_node_converts_and_matches_onnxruntime(name):
         np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
 
 
+def test_outputs_no_node_computes_convert():
+    """onnx2torch looks a graph output up among node outputs: a Constant's (folded to an
+    initializer), an initializer's and a graph input's raised KeyError."""
+    model = models.outputs_no_node_computes()
+    rewritten = rewrite.rewrite_model(model, emission="unrolled")
+    module = to_torch.onnx_to_torch(rewritten)
+    rng = np.random.default_rng(0)
+    feeds = {
+        "X": rng.normal(size=(4, 1, 6)).astype(np.float32),
+        "aux": rng.normal(size=(1, 4)).astype(np.float32),
+    }
+    expected = _ort(model, feeds)
+    actual = _torch_outputs(module, feeds, rewritten)
+    assert [a.shape for a in actual] == [e.shape for e in expected]
+    for e, a in zip(expected, actual):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
+    assert "OnnxCopyIdentity" not in _classes(module)  # a copy the Arm backend would carry
+
+
 @pytest.mark.parametrize("op,opset", [("GRU", 22), ("LSTM", 17), ("RNN", 14)])
 def test_head_model_exports_with_the_same_numerics(op, opset):
     model = models.recurrent_with_head(op, opset=opset)
