@@ -56,6 +56,20 @@ def test_dynamic_dimensions_take_any_size():
         calibration.check("c.npz", [np.zeros((9, 4))], [("x", (1, None, 4))])
 
 
+def test_non_finite_samples_refused():
+    """A NaN reached torch.histc in the observer: an internal error, not the file's name."""
+    calibration.check(
+        "c.npz", [np.zeros((1, 4)), np.ones(2, np.int64)], [("x", (1, 4)), ("n", (2,))]
+    )
+    for bad in (np.nan, np.inf):
+        array = np.zeros((1, 4), np.float32)
+        array[0, 2] = bad
+        with pytest.raises(
+            LoweringError, match=r"c.npz: array 0 \(model input 'x'\) holds NaN or inf"
+        ):
+            calibration.check("c.npz", [array], [("x", (1, 4))])
+
+
 def test_dynamic_dimension_ranges_are_checked():
     """A .pt2's Dim(min, max): a calibration outside it lowered the model for a size the
     program does not take (or failed on a guard with a traceback)."""

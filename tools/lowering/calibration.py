@@ -142,6 +142,10 @@ def check(path, arrays: Sequence, specs: Sequence[tuple]) -> None:
             raise LoweringError(
                 f"{path}: array {k} has shape {list(got)}; model input '{name}' takes {want}"
             )
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            raise LoweringError(
+                f"{path}: array {k} (model input '{name}') holds NaN or inf; samples must be finite"
+            )
 
 
 def _dimension(d, ranges: dict):
