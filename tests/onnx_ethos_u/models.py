@@ -3,7 +3,8 @@
 `recurrent_with_head`: X [T, 1, I] -> GRU/LSTM/RNN -> Y [T, 1, 1, H] -> Squeeze(axis 1)
 -> MatMul [H, 1] -> Z [T, 1, 1]; Y_h is a second graph output, so both the sequence and
 the final state are checked. `outputs_no_node_computes`: a GRU beside outputs that are a
-Constant, an initializer, a graph input and an Identity of one. `recurrent`: the node
+Constant, an initializer, a graph input and an Identity of one. `weights_as_inputs`: a
+model whose initializers are graph inputs too (IR 3's form). `recurrent`: the node
 alone, with any attributes, optional initial states and sequence_lens as graph inputs
 (feeds returned alongside).
 """
@@ -99,6 +100,19 @@ def outputs_no_node_computes(steps: int = 4, input_size: int = 6, hidden: int = 
         helper.make_tensor_value_info("aux_out", f, [1, 4]),
     ]
     return _model(nodes, "outputs_no_node_computes", inputs, outputs, arrays, 17)
+
+
+def weights_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with every initializer also listed as a graph input, as IR 3 wrote them (and
+    exporters of that time): an overridable default, which onnxruntime runs unfed."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    copy.graph.input.extend(
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        for t in copy.graph.initializer
+    )
+    onnx.checker.check_model(copy)
+    return copy
 
 
 def recurrent(

@@ -78,6 +78,14 @@ def test_outputs_no_node_computes_lower_to_u55(tmp_path):
     assert min(num["sqnr_db_per_output"]) > 30  # int8: 44-66 dB measured
 
 
+def test_weights_listed_as_inputs_are_weights(tmp_path):
+    """Initializers listed as graph inputs too: the feeds of the converted module took them
+    for inputs (KeyError); they are weights, as onnxruntime runs such a model unfed."""
+    model = models.weights_as_inputs(models.recurrent_with_head("GRU"))
+    report = _lower(tmp_path, model, "ethos-u55-128", "--quantization=int8")
+    _check_ethos_u(tmp_path, report, 34.0)
+
+
 def test_calibration_npz_by_input_name(tmp_path):
     model = models.recurrent_with_head("GRU")
     np.savez(tmp_path / "calib.npz", X=models.sample_input(model))

@@ -168,7 +168,7 @@ def prepare(source, options, calibration, evaluation, report, progress) -> Prepa
             f"--emission loop: {', '.join(unrolled)} rewritten unrolled (see "
             "recurrent_nodes.unrolled)"
         )
-    program_inputs = [value.name for value in model.graph.input]
+    program_inputs = [name for name, _, _ in input_specs(model)]  # initializers excluded
 
     def tensors(sample: dict) -> tuple:
         return tuple(torch.from_numpy(sample[name]) for name in program_inputs)
