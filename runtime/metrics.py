@@ -26,3 +26,13 @@ def sqnr_per_output(reference: list, actual: list) -> list[float]:
     """SQNR of each output: one figure over all hides a state output that went wrong
     behind a large one, or a small one behind a state."""
     return [sqnr_db(np.ravel(r), np.ravel(a)) for r, a in zip(reference, actual, strict=True)]
+
+
+def equal_per_output(reference: list, actual: list) -> list:
+    """The share of elements equal to the reference for each integer output (a class index,
+    a count), None for a floating one: an index's SQNR weighs a flip by how far apart the
+    two indices happen to be."""
+    return [
+        float(np.mean(np.ravel(r) == np.ravel(a))) if np.asarray(r).dtype.kind in "iub" else None
+        for r, a in zip(reference, actual, strict=True)
+    ]

@@ -60,8 +60,15 @@ def _per_output(num: dict) -> str:
     if not figures:
         return ""
     names = num.get("outputs") or [None] * len(figures)
-    each = [f"{name} {_fmt(f)}" if name else _fmt(f) for name, f in zip(names, figures)]
-    return " (per output: " + ", ".join(each) + " dB)"
+    equal = num.get("equal_per_output")
+    if equal is None:
+        each = [f"{name} {_fmt(f)}" if name else _fmt(f) for name, f in zip(names, figures)]
+        return " (per output: " + ", ".join(each) + " dB)"
+    each = [  # an integer output by its share of equal elements, the others in dB
+        f"{name or k}: {_fmt(f, ' dB') if e is None else f'equal on {100 * e:.4g}%'}"
+        for k, (name, f, e) in enumerate(zip(names, figures, equal))
+    ]
+    return " (per output: " + ", ".join(each) + ")"
 
 
 def _inputs(num: dict) -> str:
