@@ -37,10 +37,12 @@ def test_node_case_through_cli(tmp_path, case, tune_for):
     result = run_lower(args, str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert hashlib.sha256(source.read_bytes()).hexdigest() == digest, "input file modified"
-    assert json.loads((tmp_path / "r.json").read_text())["rewrite"] == {
-        "tune_for": tune_for,
-        "replaced": 1,
-    }
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rewrite"] == {"tune_for": tune_for, "replaced": 1}
+    # onnxruntime refuses layout=1 nodes: the check has no reference, and says so
+    unchecked = [w for w in report["warnings"] if w.startswith("numerics not checked")]
+    batchwise = any(a.name == "layout" and a.i == 1 for a in case.model.graph.node[0].attribute)
+    assert (report["numerics"]["sqnr_db"] is None) == batchwise == bool(unchecked), unchecked
 
     rewritten = onnx.load(str(tmp_path / f"{case.name}.rewritten.onnx"))
     assert not [n.op_type for n in rewritten.graph.node if n.op_type in RECURRENT]
