@@ -10,7 +10,7 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
 
   --roles        per role (sqnr_attribution.role: the op that computed a value and its
                  consumers; weights by shape), everything quantized but it ("float") and
-                 it alone quantized ("only")
+                 it alone quantized ("only"); --role R (repeatable) for these alone
   --sensitivity  the fp32 model with Gaussian noise of a relative RMS added to its state
                  outputs (or to its first input) every frame: the closed loop's own gain on
                  noise, which no quantization can beat
@@ -161,6 +161,7 @@ def main() -> None:
     parser.add_argument("--target", default="ethos-u55-128")
     parser.add_argument("--quantization", default="int8", help="int8, int16 or int16_state")
     parser.add_argument("--roles", action="store_true")
+    parser.add_argument("--role", action="append", default=[], help="with --roles: only these")
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument(
         "--clip_inputs",
@@ -329,6 +330,8 @@ def _attribute(args) -> None:
         )
         results["roles"] = {}
         for name, nodes in sorted({**roles, **weights}.items()):
+            if args.role and name not in args.role:
+                continue
             results["roles"][name] = {
                 "count": len(nodes),
                 "float": score(converted_run(sa.bypass(converted, (acts | every) - set(nodes)))),
