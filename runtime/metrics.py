@@ -36,3 +36,16 @@ def equal_per_output(reference: list, actual: list) -> list:
         float(np.mean(np.ravel(r) == np.ravel(a))) if np.asarray(r).dtype.kind in "iub" else None
         for r, a in zip(reference, actual, strict=True)
     ]
+
+
+def judged(reference: list) -> list[bool]:
+    """Which outputs an SQNR target judges: the floating ones when there are any (an
+    integer output, a class index, follows from the values it is taken from), else all."""
+    floating = [np.asarray(r).dtype.kind not in "iub" for r in reference]
+    return floating if any(floating) else [True] * len(floating)
+
+
+def judged_sqnr_per_output(reference: list, actual: list) -> list[float]:
+    """sqnr_per_output with the outputs the target does not judge at inf."""
+    figures = sqnr_per_output(reference, actual)
+    return [f if j else math.inf for f, j in zip(figures, judged(reference))]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pathlib
 import warnings
 
+import numpy as np
 import torch
 from torch.fx import Node
 
@@ -20,6 +21,7 @@ from recurrent_lowering.backends.executorch_arm.precision import (
     judge,
 )
 from recurrent_lowering.backends.executorch_arm.quantization import quantizer
+from recurrent_lowering.runtime import metrics
 from recurrent_lowering.tests.executorch_arm.sequence_output import SequenceOutput
 
 
@@ -138,3 +140,19 @@ def test_a_simulation_stops_once_its_candidate_is_certain_to_miss():
         "int8", "int8", "int8", {"int8": 1.0}, 0.03, predicted={"int8": bound}
     )
     assert choice.report()["predicted_stopped"] == {"int8": "upper bounds after 1 of 5 samples"}
+
+
+def test_an_integer_output_beside_floating_ones_is_not_judged_by_sqnr():
+    """A class index's SQNR weighs a flip by how far apart the two classes' numbers are:
+    beside floating outputs it reads inf to auto (metrics.judged), its simulation does not
+    stop on it, and the report gives its share of equal elements instead."""
+    logits = np.array([[0.5, -1.0, 2.0], [1.5, 0.2, -0.3]], np.float32)
+    classes, flipped = np.array([2, 0], np.int64), np.array([2, 2], np.int64)
+    figures = metrics.judged_sqnr_per_output([logits, classes], [logits + 0.01, flipped])
+    assert figures[0] == metrics.sqnr_db(logits, logits + 0.01) and figures[1] == np.inf
+    alone = metrics.judged_sqnr_per_output([classes], [flipped])  # nothing else to judge
+    assert alone == metrics.sqnr_per_output([classes], [flipped]) and alone[0] < 10
+    record: list = []
+    until = judge._certain_miss([logits[None], classes[None]], 30.0, record)
+    assert not until(0, [logits + 0.01, flipped]) and record[1] == np.inf
+    assert until(0, [logits + 1.0, classes])  # the floating output misses

@@ -1,7 +1,8 @@
 """How accurate auto's candidates are: before lowering, simulated (`predict`, the converted
 module in torch, precision.accuracy); after, measured (`measure`, the lowered program on the
 TOSA reference model). Both against the float module on the same evaluation samples, a
-stream in its own closed loop, in dB per output (precision.candidates decides with them)."""
+stream in its own closed loop, in dB per output (precision.candidates decides with them); an
+integer output beside floating ones reads inf (metrics.judged)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from recurrent_lowering.runtime import metrics
-from recurrent_lowering.runtime.metrics import sqnr_per_output
+from recurrent_lowering.runtime.metrics import judged, judged_sqnr_per_output
 
 from ..forked import Forked, cores
 from . import accuracy
@@ -43,12 +44,13 @@ def _certain_miss(reference: list, at_least: float, record: list) -> Callable:
     over the samples so far (Bound) is under `at_least`; the bounds go into `record`."""
     signal = [float(np.sum(np.square(r.astype(np.float64)))) for r in reference]
     noise = [0.0] * len(reference)
+    judging = judged(reference)
 
     def until(k: int, outputs) -> bool:
         for o, (r, a) in enumerate(zip(reference, outputs)):
             error = np.ravel(r[k]).astype(np.float64) - np.ravel(np.asarray(a))
             noise[o] += float(np.sum(np.square(error)))
-        record[:] = [metrics.db(s, n) for s, n in zip(signal, noise)]
+        record[:] = [metrics.db(s, n) if j else np.inf for s, n, j in zip(signal, noise, judging)]
         return min(record) < at_least
 
     return until
@@ -121,9 +123,9 @@ class Judge:
         seen, of = len(simulated[0]), len(reference[0])
         if seen < of:
             return Bound(bounds, seen, of)
-        return sqnr_per_output(reference, simulated)
+        return judged_sqnr_per_output(reference, simulated)
 
     def measure(self, result) -> list:
         tosa = accuracy.outputs(accuracy.of_lowered(result), self.evaluation)
         result.verified = Verified(self.evaluation, self.reference(), tosa)
-        return sqnr_per_output(result.verified.fp32, tosa)
+        return judged_sqnr_per_output(result.verified.fp32, tosa)
