@@ -28,20 +28,25 @@ def sqnr_per_output(reference: list, actual: list) -> list[float]:
     return [sqnr_db(np.ravel(r), np.ravel(a)) for r, a in zip(reference, actual, strict=True)]
 
 
+def _integer(array) -> bool:
+    return np.asarray(array).dtype.kind in "iub"
+
+
 def equal_per_output(reference: list, actual: list) -> list:
     """The share of elements equal to the reference for each integer output (a class index,
     a count), None for a floating one: an index's SQNR weighs a flip by how far apart the
     two indices happen to be."""
     return [
-        float(np.mean(np.ravel(r) == np.ravel(a))) if np.asarray(r).dtype.kind in "iub" else None
+        float(np.mean(np.ravel(r) == np.ravel(a))) if _integer(r) else None
         for r, a in zip(reference, actual, strict=True)
     ]
 
 
 def judged(reference: list) -> list[bool]:
-    """Which outputs an SQNR target judges: the floating ones when there are any (an
-    integer output, a class index, follows from the values it is taken from), else all."""
-    floating = [np.asarray(r).dtype.kind not in "iub" for r in reference]
+    """Which outputs an SQNR target, or a figure over all outputs, judges: the floating ones
+    when there are any (an integer output, a class index, follows from the values it is
+    taken from, and is not in their units), else all."""
+    floating = [not _integer(r) for r in reference]
     return floating if any(floating) else [True] * len(floating)
 
 
