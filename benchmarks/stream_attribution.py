@@ -10,7 +10,8 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
 
   --roles        per role (sqnr_attribution.role: the op that computed a value and its
                  consumers; weights by shape), everything quantized but it ("float") and
-                 it alone quantized ("only"); --role R (repeatable) for these alone
+                 it alone quantized ("only"); --role R (repeatable) for these alone;
+                 --only_alone: the "only" figures alone (half the simulations)
   --sensitivity  the fp32 model with Gaussian noise of a relative RMS added to its state
                  outputs (or to its first input) every frame: the closed loop's own gain on
                  noise, which no quantization can beat
@@ -28,6 +29,9 @@ SQNR, the speech decisions at 0.5 of a model whose first output is a probability
   --steps S      float (default): loop steps simulated in float, the main graph quantized;
                  quantized: as the lowering lowers them (loop.step.simulated), auto's
                  prediction
+  --open_loop    each held-out frame from the fp32 stream's states (teacher-forced), not
+                 the program's own: the error one frame adds, without the loop's gain
+                 (--sensitivity measures that gain); every figure then reads so
   --float_cell   also the simulation with each LSTM loop step quantized but its cell-state
                  path (cell_path.py: c, the products and sums it enters) left float: what a
                  wider cell state would give
@@ -162,6 +166,7 @@ def main() -> None:
     parser.add_argument("--quantization", default="int8", help="int8, int16 or int16_state")
     parser.add_argument("--roles", action="store_true")
     parser.add_argument("--role", action="append", default=[], help="with --roles: only these")
+    parser.add_argument("--only_alone", action="store_true", help="with --roles")
     parser.add_argument("--sensitivity", action="store_true")
     parser.add_argument(
         "--clip_inputs",
@@ -176,6 +181,7 @@ def main() -> None:
     parser.add_argument("--keep_recurrent_on_cpu", action="store_true", help="in float")
     parser.add_argument("--steps", default="float", choices=("float", "quantized"))
     parser.add_argument("--float_cell", action="store_true")
+    parser.add_argument("--open_loop", action="store_true", help="frames from fp32's states")
     parser.add_argument("--out", default=None, help="JSON results")
     parser.add_argument(
         "--cache", default=os.path.expanduser("~/.cache/recurrent_lowering/real_models")
@@ -198,8 +204,14 @@ def _attribute(args) -> None:
         taken, _ = streams.fed_back(fp32, calibrate, state)
         calibrate = [tuple(torch.as_tensor(np.asarray(a)) for a in s) for s in taken]
     evaluation = accuracy.Evaluation(prep.evaluation, state)
+    if args.open_loop and state:  # every frame from fp32's states: no state fed back
+        taken, _ = streams.fed_back(fp32, prep.evaluation, state)
+        samples = [tuple(torch.as_tensor(np.asarray(a)) for a in s) for s in taken]
+        evaluation = accuracy.Evaluation(samples)
     reference = accuracy.outputs(fp32, evaluation)
     results: dict = {"model": args.model, "target": args.target, "samples": len(prep.evaluation)}
+    if args.open_loop:
+        results["open_loop"] = bool(state)
     if args.widen != 1.0:
         results["widen"] = args.widen
 
@@ -262,14 +274,14 @@ def _attribute(args) -> None:
 
         with tempfile.TemporaryDirectory() as work:
             lowered = flow.lower(module, example, options, work, calibration_inputs=calibrate)
-            _, tosa = closed_loops(lowered, module, evaluation.samples, state)
+            _, tosa = closed_loops(lowered, module, evaluation.samples, evaluation.state)
             if args.lut_down:
                 from recurrent_lowering.runtime import ethos_u55_int16
 
                 program = lowered.tosa_files[0]
                 program.write_bytes(ethos_u55_int16.truncating_luts(program.read_bytes()))
                 lowered.verified = None
-                _, down = closed_loops(lowered, module, evaluation.samples, state)
+                _, down = closed_loops(lowered, module, evaluation.samples, evaluation.state)
         shaped = lambda outs: [np.reshape(t, np.shape(r)) for t, r in zip(outs, reference)]  # noqa: E731
         results["tosa"] = score(shaped(tosa))
         results["tosa"]["cycles"] = int(lowered.vela.summary.cycles) if lowered.vela else None
@@ -332,11 +344,11 @@ def _attribute(args) -> None:
         for name, nodes in sorted({**roles, **weights}.items()):
             if args.role and name not in args.role:
                 continue
-            results["roles"][name] = {
-                "count": len(nodes),
-                "float": score(converted_run(sa.bypass(converted, (acts | every) - set(nodes)))),
-                "only": score(converted_run(sa.bypass(converted, set(nodes)))),
-            }
+            results["roles"][name] = {"count": len(nodes)}
+            if not args.only_alone:
+                rest = sa.bypass(converted, (acts | every) - set(nodes))
+                results["roles"][name]["float"] = score(converted_run(rest))
+            results["roles"][name]["only"] = score(converted_run(sa.bypass(converted, set(nodes))))
             print(name, results["roles"][name], flush=True)
     if args.out:
         pathlib.Path(args.out).write_text(json.dumps(results, indent=1))
