@@ -1,7 +1,7 @@
 """--calibration arrays reach the model inputs they name: by input name when the .npz names
-every input (in any order), else in the file's order; and they must fit the inputs. Several
-samples come from a leading sample axis or several files; some are held out to measure on;
-a stream's states are paired with its outputs."""
+every input (in any order), in the file's order when it names none (a typo is refused);
+and they must fit the inputs. Several samples come from a leading sample axis or several
+files; some are held out to measure on; a stream's states are paired with its outputs."""
 
 from __future__ import annotations
 
@@ -48,6 +48,22 @@ def test_unnamed_arrays_are_taken_in_file_order(stream_pt2, tmp_path):
     npz = tmp_path / "c.npz"
     np.savez(npz, np.zeros((1, 1, 5)), np.full((1, 1, 8), 2.0), np.full((1, 1, 8), 3.0))
     assert _first_values(stream_pt2, npz) == [0.0, 2.0, 3.0]
+
+
+def test_a_misnamed_array_is_refused_not_taken_in_file_order(stream_pt2, tmp_path):
+    """With one name a typo, file order fed c0's array to h0 and h0's to c0, silently."""
+    npz = tmp_path / "c.npz"
+    np.savez(npz, x=np.zeros((1, 1, 5)), c_0=np.full((1, 1, 8), 7.0), h0=np.full((1, 1, 8), -1.0))
+    with pytest.raises(LoweringError, match=r"no array for model input\(s\) c0; array\(s\) c_0"):
+        _first_values(stream_pt2, npz)
+
+
+def test_an_array_naming_no_input_is_refused(stream_pt2, tmp_path):
+    npz = tmp_path / "c.npz"
+    arrays = dict(x=np.zeros((1, 1, 5)), h0=np.zeros((1, 1, 8)), c0=np.zeros((1, 1, 8)))
+    np.savez(npz, **arrays, lengths=np.ones(1))
+    with pytest.raises(LoweringError, match=r"array\(s\) lengths name no model input"):
+        _first_values(stream_pt2, npz)
 
 
 def test_dynamic_dimensions_take_any_size():

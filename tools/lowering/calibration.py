@@ -5,7 +5,7 @@ model's. Every target uses them: NPU targets to quantize and check numerics, ate
 to check numerics on the user's data instead of random inputs.
 
 A flag names one or more .npz files (comma-separated). In each, an array is one model
-input, by name (or in the .npz's order); an array with one axis more than the input holds
+input, by name (or, when none is named after an input, in the .npz's order); an array with one axis more than the input holds
 one sample per entry of its first axis, and an array without it is the same in every
 sample of its file. Every sample has the same shapes: an NPU program is static.
 `held_out` splits what quantization calibrates on from what the numerics check measures."""
@@ -21,12 +21,35 @@ from .errors import LoweringError
 
 def load(path, names: Sequence[str] | None = None) -> list | None:
     """The arrays of the .npz at `path` (None without one): by input name when the .npz
-    names every one of `names`, else in the .npz's order."""
+    names every one of `names` and nothing else, in the .npz's order when it names none of
+    them (np.savez's arr_0, arr_1, ...). Some names matching and others not is a typo, not
+    an order: refused, naming both, rather than every array fed by position."""
     if path is None:
         return None
     try:
         samples = np.load(path)
-        keys = names if names and set(names) <= set(samples.files) else samples.files
+        files = list(samples.files)
+    except Exception as e:
+        raise LoweringError(f"{path}: not a readable .npz ({e})") from e
+    keys = files
+    if names and set(names) & set(files):
+        missing = [n for n in names if n not in files]
+        unknown = [k for k in files if k not in names]
+        if missing or unknown:
+            raise LoweringError(
+                f"{path}: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"no array for model input(s) {', '.join(missing)}" if missing else "",
+                        f"array(s) {', '.join(unknown)} name no model input" if unknown else "",
+                    )
+                    if part
+                )
+                + f" (the inputs: {', '.join(names)}); name each array after its input"
+            )
+        keys = list(names)
+    try:
         arrays = [samples[k] for k in keys]
     except Exception as e:
         raise LoweringError(f"{path}: not a readable .npz ({e})") from e
