@@ -134,6 +134,40 @@ def test_outputs_no_node_computes_convert():
     assert "OnnxCopyIdentity" not in _classes(module)  # a copy the Arm backend would carry
 
 
+def _reduce18_model():
+    """Opset-18 Reduce ops (axes an input), as torch.onnx.export writes a .mean() there."""
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 4])
+    nodes = [
+        helper.make_node("ReduceMean", ["X", "axes_m"], ["mean"], keepdims=1),
+        helper.make_node("ReduceMax", ["X", "axes_x"], ["max"], keepdims=0),
+        helper.make_node("ReduceL2", ["X"], ["l2"], keepdims=0),  # no axes: over all
+        helper.make_node("ReduceSumSquare", ["X"], ["same"], noop_with_empty_axes=1),
+    ]
+    axes = [
+        numpy_helper.from_array(np.array([-1], np.int64), "axes_m"),
+        numpy_helper.from_array(np.array([0, 2], np.int64), "axes_x"),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+        for n in ("mean", "max", "l2", "same")
+    ]
+    graph = helper.make_graph(nodes, "reduce18", [x], outputs, initializer=axes)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_opset18_reduce_ops_convert_and_match_onnxruntime():
+    """onnx2torch 1.5.15 has no opset-18 converter for the Reduce ops but ReduceSum: a
+    torch.onnx.export at opset 18 of a model with a .mean() was refused."""
+    model = _reduce18_model()
+    module = to_torch.onnx_to_torch(model)
+    feeds = {"X": np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32)}
+    expected = _ort(model, feeds)
+    actual = _torch_outputs(module, feeds, model)
+    assert [a.shape for a in actual] == [e.shape for e in expected]
+    for e, a in zip(expected, actual):
+        np.testing.assert_allclose(a, e, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("op,opset", [("GRU", 22), ("LSTM", 17), ("RNN", 14)])
 def test_head_model_exports_with_the_same_numerics(op, opset):
     model = models.recurrent_with_head(op, opset=opset)

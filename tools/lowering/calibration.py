@@ -5,9 +5,10 @@ model's. Every target uses them: NPU targets to quantize and check numerics, ate
 to check numerics on the user's data instead of random inputs.
 
 A flag names one or more .npz files (comma-separated). In each, an array is one model
-input, by name (or, when none is named after an input, in the .npz's order); an array with one axis more than the input holds
-one sample per entry of its first axis, and an array without it is the same in every
-sample of its file. Every sample has the same shapes: an NPU program is static.
+input, by name (or, when none is named after an input, in the .npz's order); an array
+with one axis more than the input holds one sample per entry of its first axis, and an
+array without it is the same in every sample of its file. Every sample has the same
+shapes: an NPU program is static.
 `held_out` splits what quantization calibrates on from what the numerics check measures."""
 
 from __future__ import annotations

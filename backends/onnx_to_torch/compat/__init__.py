@@ -7,7 +7,9 @@ torchvision_stub.py  onnx2torch imports torchvision at import time (for two conv
                      registry: the recurrent nodes' (recurrent_modules), versions that only
                      added element types reusing the previous converter
                      (_TYPE_ONLY_VERSIONS), Split-18 and ThresholdedRelu (missing, and
-                     emitted by the rewrite), and ScatterND-18 where it adds no reduction.
+                     emitted by the rewrite), ScatterND-18 where it adds no reduction,
+                     and the Reduce ops of opset 18 (axes an input, as ReduceSum's since
+                     13) where the axes are constant: torch.onnx.export at opset 18.
                      They are added on the first conversion, not at import; a converter
                      onnx2torch already has for a version is kept.
 """
@@ -68,6 +70,9 @@ def onnx2torch():
             _register(registry, op, version, previous)
     _register(registry, "Split", 18, _convert_split18)
     _register(registry, "ScatterND", 18, _scatter_nd18(registry.get_converter("ScatterND", 16)))
+    for op in _REDUCE_18:
+        for version in (18, 20) if op in ("ReduceMax", "ReduceMin") else (18,):  # 20: bool
+            _register(registry, op, version, _convert_reduce18)
     recurrent_modules.register(registry)
     for version in (10, 22):  # the rewrite emits it for the ThresholdedRelu activation
         _register(registry, "ThresholdedRelu", version, _convert_thresholded_relu)
@@ -115,6 +120,60 @@ def _scatter_nd18(convert16):
         return convert16(node, graph)
 
     return convert
+
+
+_REDUCE_18 = (
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
+)
+
+
+class _Unreduced(nn.Module):
+    """A Reduce op with noop_with_empty_axes and no axes: its elementwise part alone (the
+    onnx reference's: ReduceSumSquare squares, ReduceL1 and ReduceL2 take |x|, ReduceLogSum
+    the log; the others are the identity)."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x):
+        if self.op == "ReduceSumSquare":
+            return x * x
+        if self.op in ("ReduceL1", "ReduceL2"):
+            return torch.abs(x)
+        if self.op == "ReduceLogSum":
+            return torch.log(x)
+        return x
+
+
+def _convert_reduce18(node, graph):
+    """Opset 18 moved a Reduce op's axes from an attribute to an optional input (with
+    noop_with_empty_axes): constant axes are the attribute onnx2torch's converter reads."""
+    from onnx2torch.node_converters.reduce import OnnxReduceStaticAxes
+    from onnx2torch.utils.common import OnnxMapping, OperationConverterResult, get_const_value
+
+    axes = None
+    if len(node.input_values) > 1 and node.input_values[1]:
+        try:
+            axes = [int(a) for a in get_const_value(node.input_values[1], graph).tolist()]
+        except KeyError:
+            what = f"{node.operation_type} with axes computed at run time"
+            raise NotImplementedError(what) from None
+    if not axes and node.attributes.get("noop_with_empty_axes", 0):
+        module = _Unreduced(node.operation_type)
+    else:
+        keepdims = node.attributes.get("keepdims", 1)
+        module = OnnxReduceStaticAxes(node.operation_type, axes or None, keepdims)
+    mapping = OnnxMapping(inputs=(node.input_values[0],), outputs=node.output_values)
+    return OperationConverterResult(torch_module=module, onnx_mapping=mapping)
 
 
 class ThresholdedRelu(nn.Module):
