@@ -268,6 +268,7 @@ class Operation:
     ifm2: str | None  # "tensor", "scalar <value>", "broadcast <hwc>" (ELEMENTWISE only)
     operand_order: str | None  # "B": ifm op ifm2; "A": ifm2 op ifm (ELEMENTWISE only)
     kernel: tuple = (1, 1)  # POOL kernel (height, width)
+    signed: bool = True  # every operand and the result signed (else `compute` refuses it)
 
     @property
     def signature(self) -> tuple:
@@ -320,8 +321,6 @@ def _operation(regs: _Registers, opcode: int, param: int) -> Operation:
     else:
         how, order, mode, bits2, zp2 = None, None, POOL_MODES.get(param, str(param)), None, None
         signed = ifm[1] and ofm[1]
-    if not signed:
-        raise ValueError("an unsigned operand")
     opa, ofm_scale = regs.values.get(_REG["OPA_SCALE"], (0, 1)), regs.values.get(_REG["OFM_SCALE"])
     kernel = (regs.param("KERNEL_HEIGHT_M1") + 1, regs.param("KERNEL_WIDTH_M1") + 1)
     return Operation(
@@ -346,6 +345,7 @@ def _operation(regs: _Registers, opcode: int, param: int) -> Operation:
         ifm2=how,
         operand_order=order,
         kernel=kernel if opcode == _OP_POOL else (1, 1),
+        signed=signed,
     )
 
 
@@ -397,6 +397,8 @@ def compute(op: Operation, a, b=None, lut_words: np.ndarray | None = None) -> np
     hold are refused."""
     if op.rounding[1] not in ("NATURAL", "DBL", "TRUNCATE"):
         raise ValueError(f"not modelled: {op}")
+    if not op.signed:
+        raise ValueError(f"not modelled (an unsigned operand): {op}")
     x = np.asarray(a, np.int64).astype(object) - op.zero_points[0]
     if op.kind == "POOL":
         if op.kernel != (1, 1) or op.mode not in ("AVERAGE", "MAX", "SUM"):
@@ -617,6 +619,8 @@ def describe(op: Operation) -> str:
         text += f" ifm2 {op.ifm2}" + (" reversed" if op.operand_order == "A" else "")
     if op.kernel != (1, 1):
         text += f" kernel{op.kernel}"
+    if not op.signed:
+        text += " unsigned"
     if op.activation:
         text += f" LUT{op.activation - 16}"
     if op.bits[2] <= 16 and op.clip != (-32768, 32767):
