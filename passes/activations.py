@@ -34,13 +34,26 @@ PARAMETERS = {
 }
 
 
+SELECTING = frozenset({"ThresholdedRelu"})  # written with a select (less, where)
+
+
+def selecting(spec) -> Optional[str]:
+    """The first activation of the stack `spec` (a RecurrentSpec) written with a select,
+    or None: a target without select runs it outside the NPU's delegate."""
+    for acts in spec.activations or ():
+        for act in acts:
+            if act.name in SELECTING:
+                return act.name
+    return None
+
+
 def check(act: Activation, capabilities: frozenset) -> Optional[str]:
     """Why `act` cannot be applied with these builder capabilities, or None if it can."""
     missing = [p for p in PARAMETERS.get(act.name, ()) if getattr(act, p) is None]
     if missing:
         return f"{act.name} needs {' and '.join(missing)} (the adapter resolves defaults)"
-    if act.name == "ThresholdedRelu" and SELECT not in capabilities:
-        return "ThresholdedRelu needs select (less/where), which this builder lacks"
+    if act.name in SELECTING and SELECT not in capabilities:
+        return f"{act.name} needs select (less/where), which this builder lacks"
     return None
 
 

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from recurrent_lowering.passes import activations
 from recurrent_lowering.passes.plan import Plan
 
 from .emission.fx_builder import ProductForm
@@ -97,7 +98,10 @@ class ArmPlan:
         place (Vela copies reshapes with other readers). What the loop form cannot take
         (`loop_takes`) is unrolled; int16 state lives in loop steps, so then every stack
         loops."""
-        return core_plan(self.emission, self.keep_recurrent_on_cpu, self.state_bits == 16)
+        no_select = target_family(self.target) in NO_SELECT
+        return core_plan(
+            self.emission, self.keep_recurrent_on_cpu, self.state_bits == 16, no_select=no_select
+        )
 
 
 def target_family(target: str) -> str:
@@ -113,20 +117,30 @@ def step_product(target: str, recurrent_weight_bits: int) -> str:
     return "matmul" if u85 and recurrent_weight_bits == 8 else "linear"
 
 
+# Targets whose TOSA subset has no SELECT nor comparisons (ExecuTorch's u55 subset): a step
+# with a select would leave it on the CPU and the step would not be one delegate.
+NO_SELECT = ("ethos-u55", "ethos-u65")
+
+
 def core_plan(
     emission: str,
     keep_on_cpu: bool = False,
     loop_always: bool = False,
     no_loop: Optional[str] = None,
+    no_select: bool = False,
 ) -> Plan:
     """The core plan of the Arm adapter (see ArmPlan.core); `no_loop` says why the program
-    can hold no loop node at all (a .pt2 saved for other tools)."""
+    can hold no loop node at all (a .pt2 saved for other tools); `no_select`, that the
+    target runs no select on its NPU (NO_SELECT)."""
 
     def loop_takes(spec):  # FxBuilder.loop carries h and c of one shape, one sequence
         if no_loop:
             return no_loop
         if keep_on_cpu:  # the CPU runtime has kernels for elementary ops, not a loop node
             return "recurrent layers kept on the CPU"
+        selecting = activations.selecting(spec) if no_select else None
+        if selecting:  # a loop's step must lower to one delegate (loop.step)
+            return f"{selecting}, whose select this target runs on the CPU"
         if spec.proj_size:
             return "proj_size"
         return "sequence_lens" if spec.has_sequence_lens else None

@@ -220,3 +220,17 @@ def test_loop_form_glue(kind, bidirectional):
     with torch.no_grad():
         for got, want in zip(loop_op.run_graph(out.module(), x), module(x)):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("target, form", [("ethos-u55-128", "unrolled"), ("ethos-u85-256", "loop")])
+def test_a_step_with_a_select_is_unrolled_where_the_npu_has_none(target, form):
+    """A ThresholdedRelu RNN loops past AUTO_UNROLL_MAX_STEPS; on ethos-u55 its step's
+    select ran on the CPU and loop.step refused the step (not one delegate), an internal
+    error under --emission auto."""
+    from recurrent_lowering.passes.spec import Activation
+
+    acts = ((Activation("ThresholdedRelu", alpha=0.1),),)
+    spec = dataclasses.replace(_spec(CellKind.RNN), seq_len=10, activations=acts)
+    assert ArmPlan(target, emission="auto").core().emission_of(spec) == form
+    plain = dataclasses.replace(spec, activations=((Activation("Tanh"),),))
+    assert ArmPlan(target, emission="auto").core().emission_of(plain) == "loop"
