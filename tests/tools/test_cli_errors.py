@@ -229,3 +229,30 @@ def test_float64_model_refused_for_tosa(workdir):
     assert result.returncode != 0
     assert "is float64, which TOSA has no type for" in _error_line(result)
     assert sorted(os.listdir(workdir)) == ["g.pt2"]
+
+
+def test_float64_onnx_model_refused_for_tosa(workdir):
+    """It ended in onnxruntime's RuntimeException (no double GRU kernel): an internal error."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.uniform(-0.3, 0.3, shape), name)
+        for name, shape in (("W", (1, 12, 3)), ("R", (1, 12, 4)), ("B", (1, 24)))
+    ]
+    gru = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y"], hidden_size=4)
+    graph = helper.make_graph(
+        [gru],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.DOUBLE, [5, 1, 3])],
+        [helper.make_tensor_value_info("Y", TensorProto.DOUBLE, [5, 1, 1, 4])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(workdir / "g.onnx"))
+    result = run_lower(["g.onnx", "--target", "TOSA-1.0+FP", "--output", "o.pte"], str(workdir))
+    assert result.returncode == 1
+    assert "'X' is float64, which TOSA has no type for" in _error_line(result)
+    assert sorted(os.listdir(workdir)) == ["g.onnx"]

@@ -83,16 +83,34 @@ def _inputs(source, options, report) -> tuple[list, list]:
 
 def _refuse_float64(source) -> None:
     """TOSA has no float64: such a model would lower with every op on the CPU, each op's
-    CPU reason blaming the op rather than the dtype."""
-    import torch
+    CPU reason blaming the op rather than the dtype (an .onnx one ended in onnxruntime's
+    RuntimeException, which has no double GRU kernel)."""
+    if source.kind not in ("onnx", "torch"):
+        return
+    if source.kind == "onnx":
+        from onnx import TensorProto
 
-    for node in source.program.graph.nodes:
-        value = node.meta.get("val")
-        if node.op == "placeholder" and getattr(value, "dtype", None) == torch.float64:
-            raise LoweringError(
-                f"{source.path or source.name}: '{node.name}' is float64, which TOSA has no "
-                "type for; export the model in float32 (model.float())"
-            )
+        doubles = [
+            i.name
+            for i in source.program.graph.input
+            if i.type.tensor_type.elem_type == TensorProto.DOUBLE
+        ]
+        fix = "convert the model to float32"
+    else:
+        import torch
+
+        doubles = [
+            node.name
+            for node in source.program.graph.nodes
+            if node.op == "placeholder"
+            and getattr(node.meta.get("val"), "dtype", None) == torch.float64
+        ]
+        fix = "export the model in float32 (model.float())"
+    if doubles:
+        raise LoweringError(
+            f"{source.path or source.name}: '{doubles[0]}' is float64, which TOSA has no "
+            f"type for; {fix}"
+        )
 
 
 def _hardware_numerics(result, report: dict[str, Any]) -> None:
@@ -247,6 +265,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
     except OptionError as e:
         raise LoweringError(_as_flags(str(e))) from e
     onnx = None
+    _refuse_float64(source)
     if source.kind == "onnx":
         from recurrent_lowering.backends.onnx.input_sizes import input_specs
 
@@ -273,7 +292,6 @@ def _lower(source, options, staging, output, report, progress) -> None:
         from recurrent_lowering.backends.executorch_arm.recurrent_ops import aten
 
         report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
-        _refuse_float64(source)
         module = _module(source)
         calibrate, measure = _inputs(source, options, report)
         names = [spec[0] for spec in calibration.torch_input_specs(source)]
