@@ -257,8 +257,9 @@ def _check_convertible(model: onnx.ModelProto, recurrent: dict) -> None:
                 f"{label}: rewrite recurrent nodes first (rewrite_model(emission='unrolled'))"
             )
         if node.op_type in _CONTROL_FLOW:
-            raise ToTorchError(
-                f"{label}: control flow has no static torch graph; rewrite with emission='unrolled'"
+            raise ToTorchError(  # --emission shapes our rewrite's loops, not a model's own
+                f"{label}: control flow has no static graph for an NPU program; unroll it in "
+                "the model before lowering (--emission shapes only the recurrent nodes)"
             )
 
 
