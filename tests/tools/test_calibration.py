@@ -129,8 +129,10 @@ def test_samples_must_agree(tmp_path):
     specs = [("x", (1, None))]
     np.savez(tmp_path / "b.npz", x=np.zeros((1, 4)))
     np.savez(tmp_path / "c.npz", x=np.zeros((1, 5)))
-    with pytest.raises(LoweringError, match="every sample takes the same shapes"):
+    with pytest.raises(LoweringError, match="every sample takes the same shapes") as refused:
         calibration.load_samples([tmp_path / "b.npz", tmp_path / "c.npz"], specs)
+    # the file and sample that differ (it named b.npz and the sample's index over both files)
+    assert str(refused.value).startswith(f"{tmp_path / 'c.npz'}: sample 0 has shapes [[1, 5]]")
 
 
 def test_held_out_samples():

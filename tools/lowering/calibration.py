@@ -82,6 +82,7 @@ def load_samples(paths, specs: Sequence[tuple]) -> list[list] | None:
         return None
     shape_specs = [spec[:2] for spec in specs]
     samples: list = []
+    origins: list = []  # "file: sample k" of each sample, for the messages
     for path in files:
         arrays = load(path, [spec[0] for spec in specs])
         if len(arrays) != len(specs):
@@ -107,12 +108,13 @@ def load_samples(paths, specs: Sequence[tuple]) -> list[list] | None:
             ]
             check(path, sample, shape_specs)
             samples.append(sample)
+            origins.append(f"{path}: sample {k}")
     first = [np.shape(a) for a in samples[0]]
-    for k, sample in enumerate(samples[1:], 1):
+    for sample, origin in zip(samples[1:], origins[1:]):
         if [np.shape(a) for a in sample] != first:
             raise LoweringError(
-                f"{files[0]}: sample {k} has shapes {[list(np.shape(a)) for a in sample]}, "
-                f"sample 0 {[list(s) for s in first]}: an NPU program is static, every "
+                f"{origin} has shapes {[list(np.shape(a)) for a in sample]}, "
+                f"{origins[0]} {[list(s) for s in first]}: an NPU program is static, every "
                 "sample takes the same shapes"
             )
     return samples
