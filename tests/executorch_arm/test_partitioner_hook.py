@@ -78,3 +78,45 @@ def test_a_loop_left_outside_a_delegate_is_refused():
             partitioner._check_loops_delegated(graph)
         node.meta["delegation_tag"] = "tag0"
         partitioner._check_loops_delegated(graph)  # delegated: accepted
+
+
+class _GruAttention(nn.Module):
+    """A GRU's output read by dot-product attention, whose int16 matmuls Ethos-U55 leaves on
+    the CPU: the softmax's delegate also handed y on, expanded and viewed to its own shape,
+    to the second matmul, an output that ExecuTorch's passes made one of its inputs."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gru = nn.GRU(8, 16, batch_first=True)
+        self.q = nn.Linear(16, 16)
+
+    def forward(self, x):
+        y, _ = self.gru(x)
+        return torch.softmax(self.q(y) @ y.transpose(1, 2) / 4.0, -1) @ y
+
+
+def test_a_delegate_passing_an_input_on_unchanged_leaves_it_on_the_cpu(tmp_path):
+    """Vela refused that delegate ("Output tensor getitem does not have any writers"); the
+    moves stay on the CPU (cpu_reasons.PASS_THROUGH) and the program matches torch."""
+    from recurrent_lowering.backends.executorch_arm import flow
+    from recurrent_lowering.backends.executorch_arm.partition import cpu_reasons
+    from recurrent_lowering.backends.executorch_arm.precision import accuracy
+    from recurrent_lowering.runtime.metrics import sqnr_per_output
+
+    module = _GruAttention().eval()
+    generator = torch.Generator().manual_seed(1)
+    samples = [(torch.randn(1, 12, 8, generator=generator),) for _ in range(4)]
+    result = flow.lower(
+        module,
+        samples[0],
+        "ethos-u55-128",
+        tmp_path,
+        quantization="int16",
+        calibration_inputs=samples[:3],
+    )
+    assert result.cpu_reasons[cpu_reasons.PASS_THROUGH] > 0
+    held_out = accuracy.Evaluation(samples[3:])
+    want = accuracy.outputs(accuracy.of_module(module), held_out)
+    got = accuracy.outputs(accuracy.of_lowered(result), held_out)
+    assert min(sqnr_per_output(want, got)) > 35

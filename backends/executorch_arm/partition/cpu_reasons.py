@@ -33,6 +33,8 @@ KEPT_ON_CPU = "recurrent layer kept on CPU (--keep_recurrent_on_cpu)"
 QDQ_AT_BOUNDARY = "q/dq at delegate boundary"
 QDQ_ON_CPU = "q/dq around CPU ops"
 STATE_PARTS = "a packed stream state's slices and concatenation (each part at its own scale)"
+PASS_THROUGH = "moves of a delegate's input to its outputs (Vela takes no output that is an input)"
+PASS_THROUGH_KEY = "recurrent_lowering_pass_through"  # node.meta: partitioner untagged it
 
 
 class KeepRecurrentOnCpu(OperatorSupportBase):
@@ -79,6 +81,8 @@ def cpu_reasons(
             reason = KEPT_ON_CPU
         elif is_state_part(node):
             reason = STATE_PARTS
+        elif node.meta.get(PASS_THROUGH_KEY):
+            reason = PASS_THROUGH
         else:
             reason = f"{_op_name(node)} not supported on {target}"
         reasons[reason] += 1

@@ -8,8 +8,10 @@
 With `plan.keep_recurrent_on_cpu` the partitioner rejects every node of a recurrent layer
 (cpu_reasons.KeepRecurrentOnCpu) and lets `to_edge` decompose the layer's `aten.linear`s
 into portable ops (ops_to_not_decompose would otherwise keep them whole for the delegate),
-so the layer runs in ExecuTorch's portable CPU runtime. After partitioning, `cpu_reasons`
-counts why each node left outside a delegate is there. Subclasses of ExecuTorch's public
+so the layer runs in ExecuTorch's portable CPU runtime. After partitioning, moves that
+would hand a delegate's input on unchanged as one of its outputs are left on the CPU
+(`_untag_pass_throughs`), and `cpu_reasons` counts why each node left outside a delegate
+is there. Subclasses of ExecuTorch's public
 partitioner classes; nothing in ExecuTorch is changed.
 """
 
@@ -62,6 +64,7 @@ class _Hook:
     def partition(self, exported_program: ExportedProgram):
         result = super().partition(exported_program)
         graph = result.tagged_exported_program.graph
+        _untag_pass_throughs(graph)
         keep = self.plan.keep_recurrent_on_cpu
         self.cpu_reasons = cpu_reasons.cpu_reasons(graph, keep, str(self.tosa_spec))
         self.boundaries = cpu_reasons.delegate_boundaries(graph)
@@ -69,6 +72,61 @@ class _Hook:
             self.recurrent_on_cpu = cpu_reasons.recurrent_on_cpu(graph)
         _check_loops_delegated(graph)
         return result
+
+
+# Ops that hand a value on unchanged where their output's shape is their input's (not a
+# permute: a square one transposes).
+_SAME_SHAPE_MOVES = frozenset(
+    {
+        "alias_copy",
+        "clone",
+        "expand_copy",
+        "squeeze_copy",
+        "unsqueeze_copy",
+        "view_copy",
+    }
+)
+_Q, _DQ = "quantize_per_tensor", "dequantize_per_tensor"
+
+
+def _op(node) -> str:
+    parts = getattr(node.target, "__name__", "").split(".")  # "aten.view_copy.default"
+    return parts[-2] if node.op == "call_function" and len(parts) >= 2 else ""
+
+
+def _shape(node):
+    value = node.meta.get("val")
+    return tuple(value.shape) if hasattr(value, "shape") else None
+
+
+def _untag_pass_throughs(graph) -> None:
+    """Leave on the CPU what a delegate would hand from one of its inputs to its outputs
+    unchanged (a GRU's output, expanded and viewed to its own shape for a matmul on the
+    CPU): ExecuTorch's passes fold such a chain away, the delegate's output is then one of
+    its inputs, and Vela refuses the graph ("Output tensor ... does not have any writers").
+    Unchanged: shape moves to the same shape, and a quantize at the scale and zero point of
+    the dequantize before it (another scale is a RESCALE, which stays)."""
+    tagged = {n: n.meta["delegation_tag"] for n in graph.nodes if "delegation_tag" in n.meta}
+    held: dict = {}  # node -> the (scale, zero point) its unchanged value is quantized at
+    for node in graph.nodes:
+        tag, op = tagged.get(node), _op(node)
+        if tag is None or not node.all_input_nodes:
+            continue
+        source = node.all_input_nodes[0]
+        outside = tagged.get(source) != tag
+        if op == _DQ and outside:
+            held[node] = tuple(node.args[1:3])
+        elif source in held and op == _Q and tuple(node.args[1:3]) == held[source]:
+            held[node] = held[source]
+        elif source in held and op in (_DQ, *_SAME_SHAPE_MOVES) and len(node.all_input_nodes) == 1:
+            if op == _DQ or _shape(node) == _shape(source):
+                held[node] = held[source]
+    for node in reversed(graph.nodes):  # users before what they read
+        tag = tagged.get(node)
+        if node in held and all(tagged.get(u) != tag for u in node.users):
+            del node.meta["delegation_tag"]
+            del tagged[node]
+            node.meta[cpu_reasons.PASS_THROUGH_KEY] = True  # its CPU reason
 
 
 def _check_loops_delegated(graph) -> None:
