@@ -26,6 +26,7 @@ from torch.export import ExportedProgram
 
 from recurrent_lowering.passes.spec import SpecError
 
+from ..edge_io import quant_params, target_name
 from ..emission.decompose import decompose_recurrent
 from ..emission.origin import layer_of
 from ..loop import op as loop_op
@@ -90,13 +91,9 @@ _Q, _DQ = "quantize_per_tensor", "dequantize_per_tensor"
 
 
 def _op(node) -> str:
-    parts = getattr(node.target, "__name__", "").split(".")  # "aten.view_copy.default"
+    """The op's name ("view_copy" of aten.view_copy.default), "" for no op call."""
+    parts = target_name(node).split(".")
     return parts[-2] if node.op == "call_function" and len(parts) >= 2 else ""
-
-
-def _shape(node):
-    value = node.meta.get("val")
-    return tuple(value.shape) if hasattr(value, "shape") else None
 
 
 def _untag_pass_throughs(graph) -> None:
@@ -104,28 +101,29 @@ def _untag_pass_throughs(graph) -> None:
     unchanged (a GRU's output, expanded and viewed to its own shape for a matmul on the
     CPU): ExecuTorch's passes fold such a chain away, the delegate's output is then one of
     its inputs, and Vela refuses the graph ("Output tensor ... does not have any writers").
-    Unchanged: shape moves to the same shape, and a quantize at the scale and zero point of
-    the dequantize before it (another scale is a RESCALE, which stays)."""
-    tagged = {n: n.meta["delegation_tag"] for n in graph.nodes if "delegation_tag" in n.meta}
-    held: dict = {}  # node -> the (scale, zero point) its unchanged value is quantized at
+    Unchanged: shape moves to the same shape, and a quantize with the qparams of the
+    dequantize before it (other qparams are a RESCALE, which stays)."""
+
+    def tag(node):
+        return node.meta.get("delegation_tag")
+
+    held: dict = {}  # node -> the qparams its unchanged value is quantized with
     for node in graph.nodes:
-        tag, op = tagged.get(node), _op(node)
-        if tag is None or not node.all_input_nodes:
+        op = _op(node)
+        if tag(node) is None or len(node.all_input_nodes) != 1:
             continue
-        source = node.all_input_nodes[0]
-        outside = tagged.get(source) != tag
-        if op == _DQ and outside:
-            held[node] = tuple(node.args[1:3])
-        elif source in held and op == _Q and tuple(node.args[1:3]) == held[source]:
+        (source,) = node.all_input_nodes
+        if op == _DQ and tag(source) != tag(node):
+            held[node] = quant_params(node)
+        elif source not in held:
+            continue
+        elif op == _DQ or (op == _Q and quant_params(node) == held[source]):
             held[node] = held[source]
-        elif source in held and op in (_DQ, *_SAME_SHAPE_MOVES) and len(node.all_input_nodes) == 1:
-            if op == _DQ or _shape(node) == _shape(source):
-                held[node] = held[source]
+        elif op in _SAME_SHAPE_MOVES and node.meta["val"].shape == source.meta["val"].shape:
+            held[node] = held[source]
     for node in reversed(graph.nodes):  # users before what they read
-        tag = tagged.get(node)
-        if node in held and all(tagged.get(u) != tag for u in node.users):
+        if node in held and all(tag(u) != tag(node) for u in node.users):
             del node.meta["delegation_tag"]
-            del tagged[node]
             node.meta[cpu_reasons.PASS_THROUGH_KEY] = True  # its CPU reason
 
 
