@@ -21,35 +21,14 @@ from .errors import LoweringError
 
 
 def load(path, names: Sequence[str] | None = None) -> list | None:
-    """The arrays of the .npz at `path` (None without one): by input name when the .npz
-    names every one of `names` and nothing else, in the .npz's order when it names none of
-    them (np.savez's arr_0, arr_1, ...). Some names matching and others not is a typo, not
-    an order: refused, naming both, rather than every array fed by position."""
+    """The arrays of the .npz at `path` (None without one), in the order `_keys` gives."""
     if path is None:
         return None
     try:
         samples = np.load(path)
-        files = list(samples.files)
     except Exception as e:
         raise LoweringError(f"{path}: not a readable .npz ({e})") from e
-    keys = files
-    if names and set(names) & set(files):
-        missing = [n for n in names if n not in files]
-        unknown = [k for k in files if k not in names]
-        if missing or unknown:
-            raise LoweringError(
-                f"{path}: "
-                + "; ".join(
-                    part
-                    for part in (
-                        f"no array for model input(s) {', '.join(missing)}" if missing else "",
-                        f"array(s) {', '.join(unknown)} name no model input" if unknown else "",
-                    )
-                    if part
-                )
-                + f" (the inputs: {', '.join(names)}); name each array after its input"
-            )
-        keys = list(names)
+    keys = _keys(path, list(samples.files), names)
     try:
         arrays = [samples[k] for k in keys]
     except Exception as e:
@@ -57,6 +36,25 @@ def load(path, names: Sequence[str] | None = None) -> list | None:
     if not arrays:
         raise LoweringError(f"{path}: holds no arrays")
     return arrays
+
+
+def _keys(path, files: list, names: Sequence[str] | None) -> list:
+    """`names` when the .npz names every one of them and nothing else, its own order when
+    it names none of them (np.savez's arr_0, arr_1, ...). Some names matching and others
+    not is a typo, not an order: refused, naming both, rather than every array fed by
+    position."""
+    if not names or not set(names) & set(files):
+        return files
+    missing = [n for n in names if n not in files]
+    unknown = [k for k in files if k not in names]
+    problems = [f"no array for model input(s) {', '.join(missing)}"] if missing else []
+    problems += [f"array(s) {', '.join(unknown)} name no model input"] if unknown else []
+    if problems:
+        raise LoweringError(
+            f"{path}: {'; '.join(problems)} (the inputs: {', '.join(names)}); name each array "
+            "after its input"
+        )
+    return list(names)
 
 
 def load_checked(path, specs: Sequence[tuple]) -> list | None:
