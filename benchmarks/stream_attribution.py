@@ -200,14 +200,16 @@ def _attribute(args) -> None:
     example = calibrate[0]
     fp32 = accuracy.of_module(module)
     state = streams.pairs([t.numpy() for t in example], fp32(example))
+
+    def from_fp32_states(samples) -> list:  # each sample with the fp32 stream's states
+        taken, _ = streams.fed_back(fp32, samples, state)
+        return [tuple(torch.as_tensor(np.asarray(a)) for a in s) for s in taken]
+
     if state:  # calibrated mid-stream, as the CLI does
-        taken, _ = streams.fed_back(fp32, calibrate, state)
-        calibrate = [tuple(torch.as_tensor(np.asarray(a)) for a in s) for s in taken]
+        calibrate = from_fp32_states(calibrate)
     evaluation = accuracy.Evaluation(prep.evaluation, state)
     if args.open_loop and state:  # every frame from fp32's states: no state fed back
-        taken, _ = streams.fed_back(fp32, prep.evaluation, state)
-        samples = [tuple(torch.as_tensor(np.asarray(a)) for a in s) for s in taken]
-        evaluation = accuracy.Evaluation(samples)
+        evaluation = accuracy.Evaluation(from_fp32_states(prep.evaluation))
     reference = accuracy.outputs(fp32, evaluation)
     results: dict = {"model": args.model, "target": args.target, "samples": len(prep.evaluation)}
     if args.open_loop:
