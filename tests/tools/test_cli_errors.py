@@ -256,3 +256,63 @@ def test_float64_onnx_model_refused_for_tosa(workdir):
     assert result.returncode == 1
     assert "'X' is float64, which TOSA has no type for" in _error_line(result)
     assert sorted(os.listdir(workdir)) == ["g.onnx"]
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "onnx"])
+def test_calibration_onnxruntime_refuses_is_one_line(target, workdir):
+    """A token past an embedding's table in the second sample: onnxruntime refuses the
+    input model on it. It ended in an internal error (onnxruntime's exception) on the NPU
+    targets, and on --target onnx was blamed on the rewritten model."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.uniform(-0.3, 0.3, shape).astype(np.float32), name)
+        for name, shape in (("E", (10, 3)), ("W", (1, 12, 3)), ("R", (1, 12, 4)))
+    ]
+    nodes = [
+        helper.make_node("Gather", ["E", "tokens"], ["X"]),
+        helper.make_node("GRU", ["X", "W", "R"], ["Y"], hidden_size=4),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("tokens", TensorProto.INT64, [6, 1])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [6, 1, 1, 4])],
+        weights,
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+        str(workdir / "g.onnx"),
+    )
+    tokens = np.array([[[1], [2], [3], [4], [5], [6]], [[1], [2], [40], [4], [5], [6]]])
+    np.savez(workdir / "c.npz", tokens=tokens)
+    args = ["g.onnx", "--target", target, "--calibration", "c.npz", "--output", "o.bin"]
+    line = _error_line(run_lower(args, str(workdir)))
+    assert "onnxruntime refuses the input model on" in line and "idx=40" in line
+    assert sorted(os.listdir(workdir)) == ["c.npz", "g.onnx"]
+
+
+def test_calibration_the_torch_model_fails_on_is_one_line(workdir):
+    """The same for a .pt2: it ended in `internal error: IndexError` in calibration."""
+    import numpy as np
+    import torch
+
+    class Tokens(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.gru = torch.nn.Embedding(10, 3), torch.nn.GRU(3, 4)
+
+        def forward(self, tokens):
+            return self.gru(self.embed(tokens))[0]
+
+    program = torch.export.export(Tokens().eval(), (torch.zeros(6, 1, dtype=torch.int64),))
+    torch.export.save(program, str(workdir / "t.pt2"))
+    tokens = np.array([[[1], [2], [3], [4], [5], [6]], [[1], [2], [40], [4], [5], [6]]])
+    np.savez(workdir / "c.npz", tokens=tokens)
+    args = ["t.pt2", "--target", "ethos-u55-128", "--calibration", "c.npz", "--output", "o.pte"]
+    line = _error_line(run_lower(args, str(workdir)))
+    assert "the model fails in torch eager on sample 1" in line and "IndexError" in line
+    assert sorted(os.listdir(workdir)) == ["c.npz", "t.pt2"]

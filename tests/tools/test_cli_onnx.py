@@ -120,6 +120,34 @@ def test_calibration_inputs_drive_the_numerics_check(tmp_path):
     assert numerics["max_abs_err"] <= 1e-5
 
 
+def test_samples_of_several_lengths_are_each_checked_in_loop_form(tmp_path):
+    """A dynamic length in loop form takes any length, as onnxruntime does: --calibration
+    samples of 7 and 4 steps are each checked; --emission unrolled, which writes one length,
+    refuses them naming the two samples."""
+    from recurrent_lowering.tests.onnx import models
+
+    model, _ = models.build(models.Config(op="GRU", dynamic_steps=True))
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(3)
+    for name, steps in (("a", 7), ("b", 4)):
+        np.savez(tmp_path / f"{name}.npz", X=rng.standard_normal((steps, 2, 3)).astype(np.float32))
+    args = ["m.onnx", "--target=onnx", "--calibration=a.npz,b.npz"]
+    result = run_lower([*args, "--report=r.json", "--output=l.onnx"], str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    numerics = json.loads((tmp_path / "r.json").read_text())["numerics"]
+    assert numerics["samples"] == {"calibration": 0, "evaluation": 2}
+    assert numerics["max_abs_err"] <= 1e-5
+    x = np.load(tmp_path / "b.npz")["X"]
+    want = ort.InferenceSession(str(tmp_path / "m.onnx")).run(None, {"X": x})
+    got = ort.InferenceSession(str(tmp_path / "l.onnx")).run(None, {"X": x})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
+    refused = run_lower([*args, "--emission=unrolled"], str(tmp_path))
+    assert refused.returncode == 1
+    assert "b.npz: sample 0 has shapes [[4, 2, 3]]" in refused.stderr
+    assert "--emission unrolled writes one sequence length" in refused.stderr
+
+
 def test_calibration_fixes_the_lengths_an_unrolled_rewrite_needs(tmp_path):
     """--emission unrolled of a dynamic length: the --calibration shapes fix it (the
     rewritten model then takes those shapes only, and says so); without them it is refused."""

@@ -8,7 +8,8 @@ A flag names one or more .npz files (comma-separated). In each, an array is one 
 input, by name (or, when none is named after an input, in the .npz's order); an array
 with one axis more than the input holds one sample per entry of its first axis, and an
 array without it is the same in every sample of its file. Every sample has the same
-shapes: an NPU program is static.
+shapes where the program is static (the NPU targets, an unrolled rewrite); elsewhere
+(`--target onnx` in loop form) each sample may have its own, as onnxruntime would take them.
 `held_out` splits what quantization calibrates on from what the numerics check measures."""
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def load_checked(path, specs: Sequence[tuple]) -> list | None:
     return None if samples is None else samples[0]
 
 
+STATIC = "an NPU program is static, every sample takes the same shapes"
+
+
 def _paths(paths) -> list:
     if paths is None:
         return []
@@ -71,10 +75,11 @@ def _paths(paths) -> list:
     return [p for p in str(paths).split(",") if p]
 
 
-def load_samples(paths, specs: Sequence[tuple]) -> list[list] | None:
+def load_samples(paths, specs: Sequence[tuple], static: str | None = STATIC) -> list[list] | None:
     """The samples of the .npz files `paths` (a list, or one comma-separated string), each a
     list of one array per model input (`specs`: (name, shape, ...) per input), checked;
-    None without files."""
+    None without files. `static`: why every sample must take the first one's shapes (the
+    refusal's reason), or None where each may take its own."""
     files = _paths(paths)
     if not files:
         return None
@@ -108,12 +113,11 @@ def load_samples(paths, specs: Sequence[tuple]) -> list[list] | None:
             samples.append(sample)
             origins.append(f"{path}: sample {k}")
     first = [np.shape(a) for a in samples[0]]
-    for sample, origin in zip(samples[1:], origins[1:]):
+    for sample, origin in zip(samples[1:] if static else [], origins[1:]):
         if [np.shape(a) for a in sample] != first:
             raise LoweringError(
                 f"{origin} has shapes {[list(np.shape(a)) for a in sample]}, "
-                f"{origins[0]} {[list(s) for s in first]}: an NPU program is static, every "
-                "sample takes the same shapes"
+                f"{origins[0]} {[list(s) for s in first]}: {static}"
             )
     return samples
 

@@ -44,17 +44,21 @@ def count_call_functions(graph) -> int:
     return sum(1 for n in graph.nodes if n.op == "call_function")
 
 
-def compare_onnx(original, rewritten, feeds: dict, from_user: bool) -> dict[str, Any]:
-    """Runs both models in onnxruntime on `feeds` and compares their outputs. When
+def compare_onnx(original, rewritten, feeds: list, from_user: bool) -> dict[str, Any]:
+    """Runs both models in onnxruntime on each sample of `feeds` (dicts, input name to
+    array; their shapes may differ) and compares all their outputs together. When
     onnxruntime cannot load the original (it refuses layout=1 recurrent nodes) only the
     rewritten model runs, with no reference. `from_user`: the feeds are --calibration
     data, whose refusal by onnxruntime is the user's to fix (lengths beyond T, say)."""
     from recurrent_lowering.runtime.onnxruntime_session import session
 
-    def run(model_session, which: str):
+    def run(model_session, which: str) -> list:
         taken = {i.name for i in model_session.get_inputs()}  # less what was fixed to a constant
         try:
-            return model_session.run(None, {n: a for n, a in feeds.items() if n in taken})
+            return [
+                model_session.run(None, {n: a for n, a in sample.items() if n in taken})
+                for sample in feeds
+            ]
         except Exception as e:  # noqa: BLE001 - its refusals have many types
             if not from_user:
                 raise
@@ -62,10 +66,11 @@ def compare_onnx(original, rewritten, feeds: dict, from_user: bool) -> dict[str,
                 f"onnxruntime refuses the {which} model on --calibration: {first_line(e)}"
             ) from e
 
-    actual = run(session(rewritten), "rewritten")
     try:
         reference = session(original)
     except Exception as e:  # noqa: BLE001 - its refusals have many types
+        run(session(rewritten), "rewritten")
         return {"reference": f"none: onnxruntime refused the input model ({first_line(e)})"}
-    expected = run(reference, "input")
+    expected = run(reference, "input")  # first: data it refuses is refused by the model itself
+    actual = run(session(rewritten), "rewritten")
     return {"reference": "onnxruntime on the input model", **compare(expected, actual)}

@@ -55,6 +55,20 @@ def _onnxruntime(model, program_inputs: list) -> tuple[Any, str]:
     return run, "onnxruntime on the input model (fp32)"
 
 
+def _accepted(reference, samples: list) -> None:
+    """Refuses, in one line, samples onnxruntime refuses on the input model (an index past
+    an embedding's table, say): the NPU program would compute something for them, and the
+    check would end in onnxruntime's exception."""
+    for k, sample in enumerate(samples):
+        try:
+            reference(list(sample))
+        except Exception as e:  # noqa: BLE001 - its refusals have many types
+            raise LoweringError(
+                f"onnxruntime refuses the input model on sample {k} of --calibration and "
+                f"--evaluation (in the order given): {first_line(e)}"
+            ) from e
+
+
 def _samples(source, specs, calibration, evaluation, report, progress):
     """(calibration feeds, evaluation feeds), each a list of name -> array: the
     --calibration and --evaluation samples (calibration.held_out), else inputs generated
@@ -177,6 +191,8 @@ def prepare(source, options, calibration, evaluation, report, progress) -> Prepa
     if reference is not None:
         reference.fixed.update(constants)
         with progress.stage("fp32 reference (onnxruntime)"), torch.no_grad():
+            if calibration is not None:  # what onnxruntime refuses, the user's data, is named
+                _accepted(reference, [tensors(f) for f in calibrate + measure])
             example = tensors(feeds)
             converted = numerics.compare(reference(list(example)), module(*example))
         report["numerics"]["conversion_max_abs_err"] = converted["max_abs_err"]

@@ -75,7 +75,9 @@ def _inputs(num: dict) -> str:
     """Where the numerics inputs came from, with how many samples and whether streamed."""
     samples = num.get("samples")
     text = str(num["inputs"])
-    if samples and (samples["calibration"] > 1 or samples["evaluation"] > 1):
+    if samples and not samples["calibration"] and samples["evaluation"] > 1:
+        text += f", {samples['evaluation']} samples checked"
+    elif samples and (samples["calibration"] > 1 or samples["evaluation"] > 1):
         text += f", {samples['calibration']} samples calibrating, {samples['evaluation']} checked"
     if num.get("stream"):
         text += ", streamed with the states fed back"

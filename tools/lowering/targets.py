@@ -99,6 +99,13 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
     report["ops"]["delegated"] = 0
 
 
+# Why --emission unrolled takes samples of one shape only.
+_ONE_LENGTH = (
+    "--emission unrolled writes one sequence length, the first sample's; pass samples of "
+    "one shape, or --emission loop or auto for a model that takes several"
+)
+
+
 def _lower_onnx(source, options, staging, output, report, progress) -> None:
     import onnx
 
@@ -108,16 +115,23 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
     if source.kind != "onnx":
         raise LoweringError(f"{source.name}: --target onnx takes an .onnx file")
     specs = input_sizes.input_specs(source.program)
-    arrays = calibration.load_checked(options.evaluation or options.calibration, specs)
     emission = options.emission
+    samples = calibration.load_samples(  # the loop form takes each sample at its own shapes
+        options.evaluation or options.calibration,
+        specs,
+        static=_ONE_LENGTH if emission == "unrolled" else None,
+    )
+    feeds = [
+        {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
+        for arrays in samples or []
+    ]
     model = source.program
-    if arrays is not None and emission == "unrolled":  # unrolling needs static lengths
+    if feeds and emission == "unrolled":  # unrolling needs static lengths
         from recurrent_lowering.backends.onnx.specialize import specialize
         from recurrent_lowering.tools.lowering.onnx_route import scalar_integers
 
-        given = {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
-        constants = scalar_integers([given], report, "the rewritten model")
-        shapes = {name: a.shape for name, a in given.items() if name not in constants}
+        constants = scalar_integers(feeds, report, "the rewritten model")
+        shapes = {name: a.shape for name, a in feeds[0].items() if name not in constants}
         with progress.stage("specialise to the --calibration shapes"):
             model = specialize(source.program, shapes, constants)
         fixed = ", ".join(f"{name} {list(shape)}" for name, shape in shapes.items())
@@ -140,9 +154,7 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
         onnx.save(rewritten, str(staging.path_for(output)))
     report["ops"]["cpu"] = sum(1 for _ in rewritten.graph.node)
     report["ops"]["delegated"] = 0
-    if arrays is not None:
-        feeds = {name: a.astype(dtype) for a, (name, _, dtype) in zip(arrays, specs)}
-    else:
+    if not feeds:
         with progress.stage("choose input sizes"):
             generated = onnx_inputs.generate(source.program, progress)
         report["warnings"] += [generated.warning()] if generated.chosen else []
@@ -153,13 +165,12 @@ def _lower_onnx(source, options, staging, output, report, progress) -> None:
                 "--calibration with inputs the model takes"
             )
             return
-        feeds = generated.feeds
-    report["numerics"]["inputs"] = "--calibration" if arrays is not None else "generated"
-    report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds.items()}
+        feeds = [generated.feeds]
+    report["numerics"]["inputs"] = "--calibration" if samples else "generated"
+    report["numerics"]["samples"] = {"calibration": 0, "evaluation": len(feeds)}  # none quantized
+    report["numerics"]["input_shapes"] = {name: list(a.shape) for name, a in feeds[0].items()}
     with progress.stage("numerics vs input model (onnxruntime)"):
-        checked = numerics.compare_onnx(
-            source.program, rewritten, feeds, from_user=arrays is not None
-        )
+        checked = numerics.compare_onnx(source.program, rewritten, feeds, from_user=bool(samples))
     report["numerics"].update(checked)
     if "sqnr_db" not in checked:  # the rewritten model ran; nothing to hold it against
         report["warnings"].append(
