@@ -3,9 +3,9 @@
 On the ONNX -> Ethos-U route (docs/onnx_to_ethos_u.md) a node rewritten into elementary ops
 reaches the Arm flow unrolled, as plain MatMuls: ExecuTorch then spends about 40 ms per node
 per timestep, and nothing downstream can tell the recurrent weights apart. So every node
-with constant float32 weights becomes a module the torch adapter decomposes like a torch
-model's layer (loop form for long sequences, `--recurrent_weight_bits`,
-`--keep_recurrent_on_cpu`, h0/h_n sharing):
+with constant float32 weights (float16: the first form only) becomes a module the torch
+adapter decomposes like a torch model's layer (loop form for long sequences,
+`--recurrent_weight_bits`, `--keep_recurrent_on_cpu`, h0/h_n sharing):
 
 - a node that nn.GRU/LSTM/RNN computes exactly (what PyTorch exports: GRU with
   linear_before_reset=1, default activations, no clip, no peepholes, forward or
@@ -50,11 +50,14 @@ TORCH_MODULE, LAYER_OP = "torch module", "layer op"
 def kept_as(read: RecurrentNode) -> tuple[Optional[str], Optional[str]]:
     """(TORCH_MODULE or LAYER_OP, None) for a node that travels as a torch op, or (None,
     the reason it cannot)."""
-    if read.float_dtype != np.float32:
-        return None, f"{read.float_dtype} (recurrent layers run here in float32)"
     if read.runtime_weights:
         return None, "weights computed at run time"
-    return (TORCH_MODULE if expressible(read) is None else LAYER_OP), None
+    torch_module = expressible(read) is None
+    if read.float_dtype == np.float16 and torch_module:  # as a torch model's fp16 layer
+        return TORCH_MODULE, None
+    if read.float_dtype != np.float32:
+        return None, f"{read.float_dtype} (recurrent layers run here in float32)"
+    return (TORCH_MODULE if torch_module else LAYER_OP), None
 
 
 def _full_length(read: RecurrentNode) -> bool:
@@ -139,7 +142,7 @@ class TorchRecurrent(nn.Module):
                         value = np.zeros(getattr(self.rnn, name + "_l0").shape, np.float32)
                     target = getattr(self.rnn, name + gate_order.torch_suffix(0, d))
                     target.copy_(torch.from_numpy(np.asarray(value, np.float32)))
-        self.rnn.eval()
+        self.rnn.to(torch.from_numpy(np.zeros(0, read.float_dtype)).dtype).eval()
 
     def forward(self, x, *states):
         """`states`: the node's initial_h and initial_c, those it has, in that order."""

@@ -166,3 +166,19 @@ def sample_input(model: onnx.ModelProto, seed: int = 1) -> np.ndarray:
     (x,) = model.graph.input
     shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
     return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` (float32 initializers, inputs and outputs, no Cast) in float16 throughout."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    for k, init in enumerate(graph.initializer):
+        a = numpy_helper.to_array(init)
+        if a.dtype == np.float32:
+            graph.initializer[k].CopyFrom(numpy_helper.from_array(a.astype(np.float16), init.name))
+    del graph.value_info[:]
+    for value in [*graph.input, *graph.output]:
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    onnx.checker.check_model(model)
+    return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)

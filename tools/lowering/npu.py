@@ -381,7 +381,9 @@ def _lower(source, options, staging, output, report, progress) -> None:
         if result.program_module is not None:  # CPU ops around or between the delegates
             where = "delegates on the TOSA reference model, CPU ops in torch eager,"
         vs_torch = compare(reference, tosa)
-        report["numerics"].update(reference=f"{where} vs fp32 torch eager", **vs_torch)
+        precision = "fp16" if all(r.dtype == np.float16 for r in reference) else "fp32"
+        report["numerics"].update(reference=f"{where} vs {precision} torch eager", **vs_torch)
+        report["numerics"]["reference_precision"] = precision
         if onnx is not None and onnx.reference is not None:
             reference = [np.reshape(r, np.shape(t)) for r, t in zip(runs[2], tosa)]
             report["numerics"].update(

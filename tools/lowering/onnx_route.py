@@ -52,7 +52,9 @@ def _onnxruntime(model, program_inputs: list) -> tuple[Any, str]:
         return ort.run(None, {n: feeds.get(n, fixed.get(n)) for n in names})
 
     run.fixed = fixed  # inputs fixed to constants in the program (scalar integers)
-    return run, "onnxruntime on the input model (fp32)"
+    floats = {i.type for i in ort.get_inputs() if "float" in i.type}
+    precision = "fp16" if floats == {"tensor(float16)"} else "fp32"  # as the model's inputs
+    return run, f"onnxruntime on the input model ({precision})"
 
 
 def _accepted(reference, samples: list) -> None:

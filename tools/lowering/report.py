@@ -121,10 +121,11 @@ def summary(report: dict[str, Any]) -> str:
             f"{quant['recurrent_weight_bits']}-bit |"
         )
     if num["max_abs_err"] is not None:
+        vs = num.get("reference_precision", "fp32")  # fp16: a half-precision model's own
         lines += [
-            f"| max abs error vs fp32 ({num['reference']}; inputs: {_inputs(num)}) | "
+            f"| max abs error vs {vs} ({num['reference']}; inputs: {_inputs(num)}) | "
             f"{_fmt(num['max_abs_err'])} |",
-            f"| SQNR vs fp32 | {_fmt(num['sqnr_db'], ' dB')}{_per_output(num)} |",
+            f"| SQNR vs {vs} | {_fmt(num['sqnr_db'], ' dB')}{_per_output(num)} |",
         ]
     hardware = num.get("hardware")
     if hardware and hardware["assumes"]:

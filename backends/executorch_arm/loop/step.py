@@ -67,8 +67,8 @@ class _StepQuantizer(TOSAQuantizer):
 def _example(program: StepProgram) -> tuple:
     if program.samples:
         return program.samples[0]
-    shapes = [ph.meta["val"].shape for ph in program.step.graph.find_nodes(op="placeholder")]
-    return tuple(torch.zeros(tuple(int(d) for d in s)) for s in shapes)
+    vals = [ph.meta["val"] for ph in program.step.graph.find_nodes(op="placeholder")]
+    return tuple(torch.zeros(tuple(int(d) for d in v.shape), dtype=v.dtype) for v in vals)
 
 
 def _pin(prepared: torch.fx.GraphModule, pins: dict) -> None:
