@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import LoweringError
+from .errors import LoweringError, first_line
 
 
 def load(path, names: Sequence[str] | None = None) -> list | None:
@@ -120,6 +120,20 @@ def load_samples(paths, specs: Sequence[tuple], static: str | None = STATIC) -> 
                 f"{origins[0]} {[list(s) for s in first]}: {static}"
             )
     return samples
+
+
+def accepted(run, samples: list, failing: str) -> None:
+    """Refuses, in one line, samples the input model itself fails on (`run(sample)` raises:
+    an index past an embedding's table, say), before quantization or the numerics check
+    meets them as an internal error. `failing`: who fails, for the message."""
+    for k, sample in enumerate(samples):
+        try:
+            run(sample)
+        except Exception as e:  # noqa: BLE001 - a model's failures have many types
+            raise LoweringError(
+                f"{failing} on sample {k} of --calibration and --evaluation (in the order "
+                f"given): {type(e).__name__}: {first_line(e)}"
+            ) from e
 
 
 def held_out(calibration: list, evaluation: list | None) -> tuple[list, list, str | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import re
 import shutil
@@ -18,7 +19,7 @@ from recurrent_lowering.runtime.metrics import (
 )
 
 from . import calibration, console
-from .errors import LoweringError, first_line
+from .errors import LoweringError
 from .numerics import compare
 from .plot import plot_error_per_timestep
 
@@ -79,26 +80,6 @@ def _inputs(source, options, report) -> tuple[list, list]:
     if quantized:
         report["warnings"].append("no --calibration: quantization calibrated on random inputs")
     return [example], [example]
-
-
-def _accepted(module, samples: list) -> None:
-    """Refuses, in one line, samples the model itself fails on in torch eager (an index past
-    an embedding's table, say), before quantization meets them as an internal error. On a
-    copy: a state buffer the model writes in place stays as loaded."""
-    import copy
-
-    import torch
-
-    model = copy.deepcopy(module)
-    with torch.no_grad():
-        for k, sample in enumerate(samples):
-            try:
-                model(*sample)
-            except Exception as e:  # noqa: BLE001 - the model's own failures have many types
-                raise LoweringError(
-                    f"the model fails in torch eager on sample {k} of --calibration and "
-                    f"--evaluation (in the order given): {type(e).__name__}: {first_line(e)}"
-                ) from e
 
 
 def _refuse_float64(source) -> None:
@@ -314,8 +295,14 @@ def _lower(source, options, staging, output, report, progress) -> None:
         report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
         module = _module(source)
         calibrate, measure = _inputs(source, options, report)
-        if options.calibration:
-            _accepted(module, calibrate + measure)
+        if options.calibration:  # on a copy: a state buffer written in place stays as loaded
+            eager = copy.deepcopy(module)
+            with torch.no_grad():
+                calibration.accepted(
+                    lambda sample: eager(*sample),
+                    calibrate + measure,
+                    "the model fails in torch eager",
+                )
         names = [spec[0] for spec in calibration.torch_input_specs(source)]
         report["numerics"]["input_shapes"] = {n: list(t.shape) for n, t in zip(names, calibrate[0])}
         output_names = _output_names(source)

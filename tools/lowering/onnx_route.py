@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import onnx_inputs
+from .calibration import accepted
 from .errors import LoweringError, first_line
 
 
@@ -55,20 +56,6 @@ def _onnxruntime(model, program_inputs: list) -> tuple[Any, str]:
     floats = {i.type for i in ort.get_inputs() if "float" in i.type}
     precision = "fp16" if floats == {"tensor(float16)"} else "fp32"  # as the model's inputs
     return run, f"onnxruntime on the input model ({precision})"
-
-
-def _accepted(reference, samples: list) -> None:
-    """Refuses, in one line, samples onnxruntime refuses on the input model (an index past
-    an embedding's table, say): the NPU program would compute something for them, and the
-    check would end in onnxruntime's exception."""
-    for k, sample in enumerate(samples):
-        try:
-            reference(list(sample))
-        except Exception as e:  # noqa: BLE001 - its refusals have many types
-            raise LoweringError(
-                f"onnxruntime refuses the input model on sample {k} of --calibration and "
-                f"--evaluation (in the order given): {first_line(e)}"
-            ) from e
 
 
 def _samples(source, specs, calibration, evaluation, report, progress):
@@ -194,7 +181,8 @@ def prepare(source, options, calibration, evaluation, report, progress) -> Prepa
         reference.fixed.update(constants)
         with progress.stage("fp32 reference (onnxruntime)"), torch.no_grad():
             if calibration is not None:  # what onnxruntime refuses, the user's data, is named
-                _accepted(reference, [tensors(f) for f in calibrate + measure])
+                samples = [list(tensors(f)) for f in calibrate + measure]
+                accepted(reference, samples, "onnxruntime refuses the input model")
             example = tensors(feeds)
             converted = numerics.compare(reference(list(example)), module(*example))
         report["numerics"]["conversion_max_abs_err"] = converted["max_abs_err"]
