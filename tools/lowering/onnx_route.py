@@ -106,8 +106,8 @@ def scalar_integers(all_feeds: list, report: dict, program: str = "the NPU progr
     for name, a in constants.items():
         if any(not np.array_equal(f[name], a) for f in all_feeds[1:]):
             raise LoweringError(
-                f"input '{name}' takes different values in the samples: an NPU program fixes "
-                "its integer inputs, so every sample must give the same"
+                f"input '{name}' takes different values in the samples: {program} fixes its "
+                "integer inputs, so every sample must give the same"
             )
     if constants:
         fixed = ", ".join(f"{name} = {a.reshape(-1)[0]}" for name, a in constants.items())
