@@ -3,8 +3,8 @@
 On the ONNX -> Ethos-U route (docs/onnx_to_ethos_u.md) a node rewritten into elementary ops
 reaches the Arm flow unrolled, as plain MatMuls: ExecuTorch then spends about 40 ms per node
 per timestep, and nothing downstream can tell the recurrent weights apart. So every node
-with constant float32 weights (float16: the first form only) becomes a module the torch
-adapter decomposes like a torch model's layer (loop form for long sequences,
+with constant float32 or float16 weights becomes a module the torch adapter decomposes
+like a torch model's layer (loop form for long sequences,
 `--recurrent_weight_bits`, `--keep_recurrent_on_cpu`, h0/h_n sharing):
 
 - a node that nn.GRU/LSTM/RNN computes exactly (what PyTorch exports: GRU with
@@ -52,12 +52,9 @@ def kept_as(read: RecurrentNode) -> tuple[Optional[str], Optional[str]]:
     the reason it cannot)."""
     if read.runtime_weights:
         return None, "weights computed at run time"
-    torch_module = expressible(read) is None
-    if read.float_dtype == np.float16 and torch_module:  # as a torch model's fp16 layer
-        return TORCH_MODULE, None
-    if read.float_dtype != np.float32:
-        return None, f"{read.float_dtype} (recurrent layers run here in float32)"
-    return (TORCH_MODULE if torch_module else LAYER_OP), None
+    if read.float_dtype not in (np.float32, np.float16):  # fp16: as a torch model's layer
+        return None, f"{read.float_dtype} (recurrent layers run here in float32 or float16)"
+    return (TORCH_MODULE if expressible(read) is None else LAYER_OP), None
 
 
 def _full_length(read: RecurrentNode) -> bool:

@@ -343,19 +343,26 @@ def test_two_directions_with_their_own_states_share_one_concat(tmp_path):
     assert report["numerics"]["sqnr_db"] > 15  # measured 18.5: int8, random weights
 
 
-@pytest.mark.parametrize("target,floor", [("TOSA-1.0+FP", 55.0), ("TOSA-1.0+INT", 26.0)])
-def test_a_float16_lstm_travels_as_a_torch_layer(tmp_path, target, floor):
+@pytest.mark.parametrize(
+    "op,attributes,kept,target,floor",
+    [
+        ("LSTM", {}, "as_torch_modules", "TOSA-1.0+FP", 55.0),
+        ("LSTM", {}, "as_torch_modules", "TOSA-1.0+INT", 26.0),
+        ("GRU", {"linear_before_reset": 0}, "as_layer_ops", "TOSA-1.0+INT", 30.0),
+    ],
+)
+def test_a_float16_node_travels_as_a_torch_layer(tmp_path, op, attributes, kept, target, floor):
     """A float16 node was rewritten into plain ops (4.8x the cycles of its float32 twin
-    on ethos-u85-256, 6 dB worse in int8); it now reaches the Arm flow as a float16
-    nn.LSTM, as a torch model's would, in the loop form at 12 steps (whose FP step was
-    exported with float32 example inputs and refused). Against onnxruntime's float16 (int8:
-    29.6 dB measured)."""
-    model = models.as_float16(models.recurrent_with_head("LSTM", steps=12))
+    on ethos-u85-256, 6 dB worse in int8); it now reaches the Arm flow in float16 as nn.LSTM
+    or the layer op, as a torch model's layer would, in the loop form at 12 steps (whose FP
+    step was exported with float32 example inputs and refused). Against onnxruntime's
+    float16 (int8: LSTM 29.6, GRU 34.0 dB measured)."""
+    model = models.as_float16(models.recurrent_with_head(op, steps=12, **attributes))
     rng = np.random.default_rng(4)
     np.savez(tmp_path / "c.npz", X=rng.standard_normal((6, 12, 1, 8)).astype(np.float16))
     np.savez(tmp_path / "e.npz", X=rng.standard_normal((2, 12, 1, 8)).astype(np.float16))
     report = _lower(tmp_path, model, target, "--calibration=c.npz", "--evaluation=e.npz")
-    assert report["recurrent_nodes"]["as_torch_modules"] == ["rec"]
+    assert report["recurrent_nodes"][kept] == ["rec"]
     num = report["numerics"]
     assert num["reference"] == "TOSA reference model vs onnxruntime on the input model (fp16)"
     assert num["reference_precision"] == "fp16"
