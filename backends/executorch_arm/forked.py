@@ -53,9 +53,22 @@ def _attempt(fn: Callable, job):
         return None
 
 
+def _own_progress_lock() -> None:
+    """tqdm's write lock holds a semaphore shared across fork (a multiprocessing RLock),
+    and torch.fx creates a tqdm on every interpreter run: a child stopped mid-job
+    (close()) while holding it left this process hung on the lock for good. The child
+    takes a lock of its own (tqdm's public set_lock), which it can hold when it dies."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
 def _serve(fn: Callable, jobs: Sequence, unclaimed: _Unclaimed, conn) -> None:
     global _in_child
     _in_child = True
+    _own_progress_lock()
     torch.set_num_threads(1)
     while (i := unclaimed.take(front=True)) is not None:
         conn.send((i, _attempt(fn, jobs[i])))

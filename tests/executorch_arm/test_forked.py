@@ -128,3 +128,30 @@ def test_the_child_simulates_the_wider_candidates_and_the_program_is_the_same(
     assert len(lowered.plan.precision.predicted) > 1
     assert lowered.plan.precision.name == here.plan.precision.name != "int8"
     assert lowered.pte == here.pte
+
+
+def test_a_child_stopped_holding_the_progress_lock_leaves_this_process_free():
+    """torch.fx creates a tqdm on every interpreter run, under tqdm's lock, a semaphore
+    shared across fork. A speculative child stopped by close() while holding it left the
+    parent waiting on it for good (a CLI call hung in export). Here the child holds
+    tqdm's lock when it is stopped; the parent's lock must still be free."""
+    import multiprocessing
+
+    from tqdm import tqdm
+    from tqdm.std import TqdmDefaultWriteLock
+
+    tqdm.get_lock()  # the parent's lock exists before the fork, as in a lowering
+    holding = multiprocessing.get_context("fork").Event()
+
+    def job(_):
+        tqdm.get_lock().acquire()
+        holding.set()
+        time.sleep(60)
+
+    child = forked.Forked(job, [0], speculative=True)
+    try:
+        assert holding.wait(30)
+    finally:
+        child.close()
+    assert TqdmDefaultWriteLock.mp_lock.acquire(timeout=5)
+    TqdmDefaultWriteLock.mp_lock.release()
