@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from typing import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import Callable, Sequence
 import torch
 
 _DEADLINE_S = 900.0  # a child this late is stuck (a lock held at fork): do the rest here
+_UNWIND_S = 5.0  # how long a stopped child may take to unwind before it is killed
 _in_child = False
 
 
@@ -65,10 +67,17 @@ def _own_progress_lock() -> None:
     tqdm.set_lock(threading.RLock())
 
 
+def _unwind(signum, frame):
+    """SIGTERM in the child: unwind, so the locks it shares with the parent (the unclaimed
+    jobs' bounds) are released by their `with` blocks, not left held by a dead process."""
+    raise SystemExit(0)
+
+
 def _serve(fn: Callable, jobs: Sequence, unclaimed: _Unclaimed, conn) -> None:
     global _in_child
     _in_child = True
     _own_progress_lock()
+    signal.signal(signal.SIGTERM, _unwind)
     torch.set_num_threads(1)
     while (i := unclaimed.take(front=True)) is not None:
         conn.send((i, _attempt(fn, jobs[i])))
@@ -124,7 +133,10 @@ class Forked:
         if self.conn is None:
             return
         if self.process.is_alive():
-            self.process.terminate()
+            self.process.terminate()  # unwinds at its next bytecode (_unwind)
+            self.process.join(_UNWIND_S)
+            if self.process.is_alive():  # inside a long native call: it holds no shared lock
+                self.process.kill()
         self.process.join()
         self.conn.close()
         self.conn = None

@@ -155,3 +155,27 @@ def test_a_child_stopped_holding_the_progress_lock_leaves_this_process_free():
         child.close()
     assert TqdmDefaultWriteLock.mp_lock.acquire(timeout=5)
     TqdmDefaultWriteLock.mp_lock.release()
+
+
+def test_a_stopped_child_releases_the_locks_it_shares_with_this_process():
+    """close() stops a busy child with SIGTERM, which it unwinds: a lock shared with the
+    parent (as the unclaimed jobs' bounds are) and held in a `with` block is released."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    shared, holding = context.Lock(), context.Event()
+
+    def job(_):
+        with shared:
+            holding.set()
+            time.sleep(60)
+
+    child = forked.Forked(job, [0], speculative=True)
+    try:
+        assert holding.wait(30)
+    finally:
+        started = time.monotonic()
+        child.close()
+    assert time.monotonic() - started < forked._UNWIND_S  # unwound, not killed
+    assert shared.acquire(timeout=5)
+    shared.release()
