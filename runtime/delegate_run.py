@@ -76,12 +76,21 @@ def run_delegate(
     )
 
 
+def delegation_tag(graph_module) -> str:
+    """A delegate's own tag: its first computing node's. Its placeholders carry the tags
+    of the nodes they were cut from, another delegate's where one feeds it directly."""
+    for node in graph_module.graph.nodes:
+        tag = node.meta.get("delegation_tag") if node.op != "placeholder" else None
+        if tag:
+            return tag
+    return ""
+
+
 def tosa_file_for(lowered, tosa_files: Sequence[pathlib.Path]) -> pathlib.Path:
     """The dumped .tosa of one lowered module: ExecuTorch's TOSA backend names it
-    output_<delegation tag>_<TOSA spec>.tosa, the tag found by the function used here."""
-    from executorch.backends.arm.tosa.backend import arm_get_first_delegation_tag
-
-    tag = arm_get_first_delegation_tag(lowered.original_module.graph_module)
+    output_<delegation tag>_<TOSA spec>.tosa, the tag `delegation_tag`'s while we lower
+    (backends/executorch_arm/compat/dump_names.py)."""
+    tag = delegation_tag(lowered.original_module.graph_module)
     matches = [f for f in tosa_files if f.name.startswith(f"output_{tag}_")]
     if len(matches) != 1:
         names = [f.name for f in tosa_files]

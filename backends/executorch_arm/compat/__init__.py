@@ -17,6 +17,7 @@ versions in VERSIONS (`check_versions` refuses others):
   edge_ops.py            edge-dialect operators (ExecuTorch's private `exir.dialects._ops`)
   logs.py                ExecuTorch's Ethos-U backend logger held at WARNING while lowering
   lazy_recompile.py      torch.fx GraphModules built while lowering compile their code lazily
+  dump_names.py          each delegate's dumped .tosa named by its own tag, not an input's
 
 docs/arm.md ("What is extended in ExecuTorch") says what each changes and why.
 """
@@ -51,6 +52,7 @@ def lowering():
     from . import (
         clamp_table,
         conv_int16_readers,
+        dump_names,
         lazy_recompile,
         logs,
         pass_insertions,
@@ -66,5 +68,10 @@ def lowering():
         *permute_propagation.insertions(),
         *conv_int16_readers.insertions(),
     ]
-    with pass_insertions.installed(insertions), logs.vela_quiet(), lazy_recompile.lazy():
+    with (
+        pass_insertions.installed(insertions),
+        logs.vela_quiet(),
+        lazy_recompile.lazy(),
+        dump_names.own_names(),
+    ):
         yield
