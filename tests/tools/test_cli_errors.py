@@ -315,4 +315,8 @@ def test_calibration_the_torch_model_fails_on_is_one_line(workdir):
     args = ["t.pt2", "--target", "ethos-u55-128", "--calibration", "c.npz", "--output", "o.pte"]
     line = _error_line(run_lower(args, str(workdir)))
     assert "the model fails in torch eager on sample 1" in line and "IndexError" in line
+    np.savez(workdir / "c.npz", tokens=tokens[1])  # --target aten checks on its one sample
+    args = ["t.pt2", "--target", "aten", "--calibration", "c.npz", "--output", "o.pt2"]
+    line = _error_line(run_lower(args, str(workdir)))
+    assert "the model fails in torch eager on sample 0" in line and "IndexError" in line
     assert sorted(os.listdir(workdir)) == ["c.npz", "t.pt2"]
