@@ -122,18 +122,25 @@ def load_samples(paths, specs: Sequence[tuple], static: str | None = STATIC) -> 
     return samples
 
 
-def accepted(run, samples: list, failing: str) -> None:
-    """Refuses, in one line, samples the input model itself fails on (`run(sample)` raises:
-    an index past an embedding's table, say), before quantization or the numerics check
-    meets them as an internal error. `failing`: who fails, for the message."""
+# `accepted`'s `failing` for a torch model run eagerly.
+TORCH_EAGER = "the model fails in torch eager"
+
+
+def accepted(run, samples: list, failing: str) -> list:
+    """`run(sample)` for each of `samples`, the input model run as the reference, refusing
+    in one line the samples it fails on (an index past an embedding's table, say) before
+    quantization or the numerics check meets them as an internal error. `failing`: who
+    fails, for the message."""
+    outputs = []
     for k, sample in enumerate(samples):
         try:
-            run(sample)
+            outputs.append(run(sample))
         except Exception as e:  # noqa: BLE001 - a model's failures have many types
             raise LoweringError(
                 f"{failing} on sample {k} of --calibration and --evaluation (in the order "
                 f"given): {type(e).__name__}: {first_line(e)}"
             ) from e
+    return outputs
 
 
 def held_out(calibration: list, evaluation: list | None) -> tuple[list, list, str | None]:

@@ -299,9 +299,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
             eager = copy.deepcopy(module)
             with torch.no_grad():
                 calibration.accepted(
-                    lambda sample: eager(*sample),
-                    calibrate + measure,
-                    "the model fails in torch eager",
+                    lambda sample: eager(*sample), calibrate + measure, calibration.TORCH_EAGER
                 )
         names = [spec[0] for spec in calibration.torch_input_specs(source)]
         report["numerics"]["input_shapes"] = {n: list(t.shape) for n, t in zip(names, calibrate[0])}

@@ -180,11 +180,13 @@ def prepare(source, options, calibration, evaluation, report, progress) -> Prepa
     if reference is not None:
         reference.fixed.update(constants)
         with progress.stage("fp32 reference (onnxruntime)"), torch.no_grad():
+            example = tensors(feeds)  # calibrate[0]
             if calibration is not None:  # what onnxruntime refuses, the user's data, is named
                 samples = [list(tensors(f)) for f in calibrate + measure]
-                accepted(reference, samples, "onnxruntime refuses the input model")
-            example = tensors(feeds)
-            converted = numerics.compare(reference(list(example)), module(*example))
+                expected = accepted(reference, samples, "onnxruntime refuses the input model")[0]
+            else:
+                expected = reference(list(example))
+            converted = numerics.compare(expected, module(*example))
         report["numerics"]["conversion_max_abs_err"] = converted["max_abs_err"]
     else:
         report["warnings"].append(f"numerics reference: {reference_name}")
