@@ -139,7 +139,7 @@ class TorchRecurrent(nn.Module):
                         value = np.zeros(getattr(self.rnn, name + "_l0").shape, np.float32)
                     target = getattr(self.rnn, name + gate_order.torch_suffix(0, d))
                     target.copy_(torch.from_numpy(np.asarray(value, np.float32)))
-        self.rnn.to(torch.from_numpy(np.zeros(0, read.float_dtype)).dtype).eval()
+        self.rnn.to(torch.float16 if read.float_dtype == np.float16 else torch.float32).eval()
 
     def forward(self, x, *states):
         """`states`: the node's initial_h and initial_c, those it has, in that order."""

@@ -373,7 +373,7 @@ def _lower(source, options, staging, output, report, progress) -> None:
         if onnx is not None and onnx.reference is not None:
             reference = [np.reshape(r, np.shape(t)) for r, t in zip(runs[2], tosa)]
             report["numerics"].update(
-                reference=f"TOSA reference model vs {onnx.reference_name}",
+                reference=f"TOSA reference model vs {onnx.reference_name} ({precision})",
                 vs_torch_module=vs_torch,
                 **compare(reference, tosa),
             )
