@@ -130,29 +130,37 @@ def test_the_child_simulates_the_wider_candidates_and_the_program_is_the_same(
     assert lowered.pte == here.pte
 
 
+def _stop_a_child_inside(hold) -> float:
+    """Forks a speculative child whose job runs `hold(inside)` (which sets the event
+    `inside` once it holds what it holds, then waits), stops it there: close()'s seconds."""
+    import multiprocessing
+
+    inside = multiprocessing.get_context("fork").Event()
+    child = forked.Forked(lambda _: hold(inside), [0], speculative=True)
+    try:
+        assert inside.wait(30)
+    finally:
+        started = time.monotonic()
+        child.close()
+    return time.monotonic() - started
+
+
 def test_a_child_stopped_holding_the_progress_lock_leaves_this_process_free():
     """torch.fx creates a tqdm on every interpreter run, under tqdm's lock, a semaphore
     shared across fork. A speculative child stopped by close() while holding it left the
     parent waiting on it for good (a CLI call hung in export). Here the child holds
     tqdm's lock when it is stopped; the parent's lock must still be free."""
-    import multiprocessing
-
     from tqdm import tqdm
     from tqdm.std import TqdmDefaultWriteLock
 
     tqdm.get_lock()  # the parent's lock exists before the fork, as in a lowering
-    holding = multiprocessing.get_context("fork").Event()
 
-    def job(_):
+    def hold(inside):
         tqdm.get_lock().acquire()
-        holding.set()
+        inside.set()
         time.sleep(60)
 
-    child = forked.Forked(job, [0], speculative=True)
-    try:
-        assert holding.wait(30)
-    finally:
-        child.close()
+    _stop_a_child_inside(hold)
     assert TqdmDefaultWriteLock.mp_lock.acquire(timeout=5)
     TqdmDefaultWriteLock.mp_lock.release()
 
@@ -162,20 +170,13 @@ def test_a_stopped_child_releases_the_locks_it_shares_with_this_process():
     parent (as the unclaimed jobs' bounds are) and held in a `with` block is released."""
     import multiprocessing
 
-    context = multiprocessing.get_context("fork")
-    shared, holding = context.Lock(), context.Event()
+    shared = multiprocessing.get_context("fork").Lock()
 
-    def job(_):
+    def hold(inside):
         with shared:
-            holding.set()
+            inside.set()
             time.sleep(60)
 
-    child = forked.Forked(job, [0], speculative=True)
-    try:
-        assert holding.wait(30)
-    finally:
-        started = time.monotonic()
-        child.close()
-    assert time.monotonic() - started < forked._UNWIND_S  # unwound, not killed
+    assert _stop_a_child_inside(hold) < forked._UNWIND_S  # unwound, not killed
     assert shared.acquire(timeout=5)
     shared.release()
