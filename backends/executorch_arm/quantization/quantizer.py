@@ -7,6 +7,8 @@ The quantization of a plan, in the order it runs:
        the convolutions they are (transposed.py);
     0. in int16, a magnitude sqrt(a*a + b*b) over three ranges (magnitude.py), from the
        float values on `float_samples`;
+    0b. a sum read in slices by sigmoids or tanhs (a cell written as plain ops) summed
+       slice by slice, so Vela fuses each table with its sum (sliced_sums.py);
     1. recurrent ops become the core's elementary ops (emission.decompose, the plan's core
        plan and recurrent product; nodes the Arm quantizer leaves in float keep their op),
        so ExecuTorch's annotators see ops they know and its DecomposeGru/Lstm/RnnPass find
@@ -52,6 +54,7 @@ from . import (
     inputs,
     magnitude,
     regions,
+    sliced_sums,
     state_parts,
     states,
     table_inputs,
@@ -70,6 +73,7 @@ class _Policies:
     float_samples: list = []  # calibration inputs, for ranges needed before annotation
     magnitudes = 0  # after TFA: magnitudes computed over three ranges
     as_convolutions = 0  # after TFA: transposed convolutions of stride 1 made convolutions
+    sliced_sums = 0  # after TFA: sums read in slices by tables, summed slice by slice
     widened_inputs = 0  # after annotate: program inputs given headroom
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
@@ -78,6 +82,7 @@ class _Policies:
             self.as_convolutions = transposed.as_convolutions(model, plan.int8_only)
         if plan.activations == "int16":
             self.magnitudes = magnitude.split(model, self.float_samples)
+        self.sliced_sums = sliced_sums.split(model)
         share = self._shares_states()  # found while the recurrent ops are still whole
         self.state_pairs = states.state_pairs(model.graph) if share else []
         self.decompose(model)
