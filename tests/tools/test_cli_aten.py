@@ -104,6 +104,29 @@ def test_calibration_inputs_drive_the_numerics_check(tmp_path):
     assert lowered.module()(torch.randn(5, 5, 4)).shape == (5, 5, 8)  # still dynamic
 
 
+def test_every_calibration_sample_is_checked(tmp_path):
+    """Each sample of --calibration at its own batch (the .pt2's dynamic one), all of them
+    against torch eager (samples of two batches were refused as "an NPU program is static",
+    and only the first was checked)."""
+    import numpy as np
+
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=1, max=4)
+    program = torch.export.export(
+        BatchedGru().eval(), (torch.randn(2, 5, 4),), dynamic_shapes={"x": {0: batch}}
+    )
+    torch.export.save(program, str(tmp_path / "gru.pt2"))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "c.npz", x=rng.standard_normal((2, 3, 5, 4)))  # two samples of 3
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((1, 5, 4)))
+    args = ["gru.pt2", "--target=aten", "--calibration=c.npz,d.npz", "--report=r.json"]
+    result = run_lower(args, str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["numerics"]["samples"] == {"calibration": 0, "evaluation": 3}
+    assert report["numerics"]["max_abs_err"] <= 1e-5
+
+
 class StreamingGru(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -58,12 +58,6 @@ def _keys(path, files: list, names: Sequence[str] | None) -> list:
     return list(names)
 
 
-def load_checked(path, specs: Sequence[tuple]) -> list | None:
-    """The first sample of `load_samples` (one array per model input), or None."""
-    samples = load_samples(path, specs)
-    return None if samples is None else samples[0]
-
-
 STATIC = "an NPU program is static, every sample takes the same shapes"
 
 

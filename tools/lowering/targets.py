@@ -69,23 +69,26 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
     if source.kind != "torch":
         raise LoweringError(f"{source.path}: --target aten takes a .pt2 or a bundled example")
     specs = calibration.torch_input_specs(source)
-    arrays = calibration.load_checked(options.evaluation or options.calibration, specs)
-    inputs = source.example_inputs
-    if arrays is not None:  # the user's data for the numerics check
-        inputs = tuple(torch.from_numpy(a).to(dtype) for a, (_, _, dtype) in zip(arrays, specs))
-    report["numerics"]["inputs"] = "--calibration" if arrays is not None else "example inputs"
-    if inputs is not None:
-        shapes = {name: list(t.shape) for (name, _, _), t in zip(specs, inputs)}
+    # every sample at its own shapes: the decomposed program keeps the .pt2's dynamic ones,
+    # and a shape outside them the input model refuses first (calibration.accepted)
+    samples = calibration.load_samples(options.evaluation or options.calibration, specs, None)
+    if samples is not None:  # the user's data for the numerics check
+        inputs = [
+            tuple(torch.from_numpy(a).to(dtype) for a, (_, _, dtype) in zip(arrays, specs))
+            for arrays in samples
+        ]
+    else:
+        inputs = [source.example_inputs] if source.example_inputs is not None else []
+    report["numerics"]["inputs"] = "--calibration" if samples is not None else "example inputs"
+    if inputs:
+        shapes = {name: list(t.shape) for (name, _, _), t in zip(specs, inputs[0])}
         report["numerics"]["input_shapes"] = shapes
-    if inputs is not None:  # the reference comes first: decomposition may reuse the graph
-        with torch.no_grad():  # on a copy: a state buffer written in place must stay as loaded
+        report["numerics"]["samples"] = {"calibration": 0, "evaluation": len(inputs)}
+        # The reference first (decomposition may reuse the graph), on a copy (a state
+        # buffer written in place must stay as loaded), each sample once, in order.
+        with torch.no_grad():
             eager = copy.deepcopy(source.program).module()
-            if arrays is not None:  # run once: a state buffer written in place moves each run
-                (expected,) = calibration.accepted(
-                    lambda x: eager(*x), [inputs], calibration.TORCH_EAGER
-                )
-            else:
-                expected = eager(*inputs)
+            expected = calibration.accepted(lambda x: eager(*x), inputs, calibration.TORCH_EAGER)
     report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
     if not report["ops"]["recurrent_layers"]:
         report["warnings"].append("no recurrent layer in the model: written unchanged")
@@ -95,9 +98,10 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
         )
     with progress.stage("save .pt2"):
         torch.export.save(lowered, str(staging.path_for(output)))
-    if inputs is not None:
+    if inputs:
         with progress.stage("numerics vs input model"), torch.no_grad():
-            actual = copy.deepcopy(lowered).module()(*inputs)
+            program = copy.deepcopy(lowered).module()  # its state as loaded, like the reference
+            actual = [program(*x) for x in inputs]
             report["numerics"].update(
                 numerics.compare(expected, actual), reference="input model (torch eager, fp32)"
             )
