@@ -8,7 +8,8 @@ The quantization of a plan, in the order it runs:
     0. in int16, a magnitude sqrt(a*a + b*b) over three ranges (magnitude.py), from the
        float values on `float_samples`;
     0b. a sum read in slices by sigmoids or tanhs (a cell written as plain ops) summed
-       slice by slice, so Vela fuses each table with its sum (sliced_sums.py);
+       slice by slice, so Vela fuses each table with its sum, its one-row products in the
+       plan's product form (sliced_sums.py);
     1. recurrent ops become the core's elementary ops (emission.decompose, the plan's core
        plan and recurrent product; nodes the Arm quantizer leaves in float keep their op),
        so ExecuTorch's annotators see ops they know and its DecomposeGru/Lstm/RnnPass find
@@ -82,7 +83,7 @@ class _Policies:
             self.as_convolutions = transposed.as_convolutions(model, plan.int8_only)
         if plan.activations == "int16":
             self.magnitudes = magnitude.split(model, self.float_samples)
-        self.sliced_sums = sliced_sums.split(model)
+        self.sliced_sums = sliced_sums.split(model, plan.products)
         share = self._shares_states()  # found while the recurrent ops are still whole
         self.state_pairs = states.state_pairs(model.graph) if share else []
         self.decompose(model)

@@ -11,7 +11,10 @@ ethos-u55-128: 20,328 -> 11,608 cycles (Vela's estimate), the same SQNR.
 Exact in real arithmetic; each slice's sum is observed on its own, so its scale fits its
 own range. Applied before annotation (quantizer.transform_for_annotation) where every
 reader of the sum is a slice (else the whole sum would still be computed) and some slice
-is read by a sigmoid or tanh.
+is read by a sigmoid or tanh. Where the plan's product form is "matmul" (Ethos-U85,
+plan.ArmPlan.products), the sum's one-row products are written as the core's cells write
+theirs, mm(W, x^T) (emission/fx_builder.py): Vela runs a MATMUL there where it would run
+a linear as a CONV2D.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
+from ..emission.fx_builder import PLAIN, ProductForm
 from ..emission.fx_constants import fake_mode_of
 
 _aten = torch.ops.aten
@@ -88,8 +92,20 @@ def _operand_dim(operand, dim: int, rank: int, length: int):
     return own
 
 
-def split(model: GraphModule) -> int:
-    """Sum every such sum slice by slice (see above); how many sums."""
+def _one_row_product(node) -> bool:
+    """A linear of a one-row x by a constant weight, read by nothing else."""
+    if not isinstance(node, Node) or node.target != _aten.linear.default or len(node.users) != 1:
+        return False
+    x, w = node.args[:2]
+    x_val = x.meta.get("val") if isinstance(x, Node) else None
+    if not isinstance(x_val, torch.Tensor) or any(d != 1 for d in x_val.shape[:-1]):
+        return False
+    return isinstance(w, Node) and w.op == "get_attr"
+
+
+def split(model: GraphModule, products: ProductForm = PLAIN) -> int:
+    """Sum every such sum slice by slice (see above), its one-row products in `products`'
+    form; how many sums."""
     graph = model.graph
     sums = [n for n in graph.nodes if _candidate(n)]
     if not sums:
@@ -103,7 +119,23 @@ def split(model: GraphModule) -> int:
             node.meta["val"] = target(*[a.meta["val"] if isinstance(a, Node) else a for a in args])
         return node
 
+    def as_matmul(linear: Node) -> Node:  # x W^T = (W x^T)^T; with one row both are views
+        x, w, bias = (*linear.args, None)[:3]
+        shape = list(linear.meta["val"].shape)
+        with graph.inserting_before(linear):
+            column = op(_aten.view.default, (x, [x.meta["val"].shape[-1], 1]), linear)
+            y = op(_aten.view.default, (op(_aten.mm.default, (w, column), linear), shape), linear)
+            if bias is not None:
+                y = op(_aten.add.Tensor, (y, bias), linear)
+        linear.replace_all_uses_with(y)
+        graph.erase_node(linear)
+        return y
+
     for total in sums:
+        if products.recurrent_product == "matmul":
+            for operand in total.args[:2]:
+                if _one_row_product(operand):
+                    as_matmul(operand)
         rank, (a, b) = total.meta["val"].dim(), total.args[:2]
         for view in list(total.users):
             dim = _dim(view) % rank
