@@ -87,6 +87,34 @@ def test_in_the_matmul_form_the_products_are_mms_of_the_same_value():
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+class _GruCell(torch.nn.Module):
+    """A GRU cell as torch.onnx writes nn.GRUCell: each product cut into gates first."""
+
+    def __init__(self):
+        super().__init__()
+        self.wx, self.wh = torch.nn.Linear(IN, 3 * H), torch.nn.Linear(H, 3 * H)
+
+    def forward(self, x, h, c):
+        xr, xz, xn = torch.split(self.wx(x), H, dim=1)
+        hr, hz, hn = torch.split(self.wh(h), H, dim=1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        n = torch.tanh(xn + r * hn)
+        return (1 - z) * n + z * h + 0 * c
+
+
+def test_a_product_cut_into_gates_takes_the_matmul_form_alone():
+    torch.manual_seed(0)
+    model, sample = _GruCell().eval(), _samples(3, 1)[2]
+    gm = exported.module_of(torch.export.export(model, sample))
+    assert sliced_sums.split(gm, ProductForm("matmul")) == 0  # no sum read in slices
+    calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert calls.count(_aten.mm.default) == 2 and _aten.linear.default not in calls
+    torch.testing.assert_close(gm(*sample), model(*sample), rtol=1e-6, atol=1e-6)
+    plain = exported.module_of(torch.export.export(model, sample))
+    assert sliced_sums.split(plain) == 0
+    assert _aten.mm.default not in [n.target for n in plain.graph.nodes]
+
+
 def test_a_sum_also_read_whole_is_left_as_it_is():
     class WholeToo(_Cell):
         def forward(self, x, h, c):

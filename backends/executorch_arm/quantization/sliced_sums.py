@@ -12,9 +12,10 @@ Exact in real arithmetic; each slice's sum is observed on its own, so its scale 
 own range. Applied before annotation (quantizer.transform_for_annotation) where every
 reader of the sum is a slice (else the whole sum would still be computed) and some slice
 is read by a sigmoid or tanh. Where the plan's product form is "matmul" (Ethos-U85,
-plan.ArmPlan.products), the sum's one-row products are written as the core's cells write
-theirs, mm(W, x^T) (emission/fx_builder.py): Vela runs a MATMUL there where it would run
-a linear as a CONV2D.
+plan.ArmPlan.products), a one-row product read in slices only (a cell's, cut into gates
+before or, above, after its sum) is written as the core's cells write theirs, mm(W, x^T)
+(emission/fx_builder.py): Vela runs a MATMUL there where it would run a linear as a
+CONV2D.
 """
 
 from __future__ import annotations
@@ -92,9 +93,12 @@ def _operand_dim(operand, dim: int, rank: int, length: int):
     return own
 
 
-def _one_row_product(node) -> bool:
-    """A linear of a one-row x by a constant weight, read by nothing else."""
-    if not isinstance(node, Node) or node.target != _aten.linear.default or len(node.users) != 1:
+def _cut_product(node: Node) -> bool:
+    """A linear of a one-row x by a constant weight, read in slices only (a cell's
+    product cut into gates)."""
+    if node.op != "call_function" or node.target != _aten.linear.default or not node.users:
+        return False
+    if any(u.op != "call_function" or _parts(u) is None for u in node.users):
         return False
     x, w = node.args[:2]
     x_val = x.meta.get("val") if isinstance(x, Node) else None
@@ -104,11 +108,12 @@ def _one_row_product(node) -> bool:
 
 
 def split(model: GraphModule, products: ProductForm = PLAIN) -> int:
-    """Sum every such sum slice by slice (see above), its one-row products in `products`'
-    form; how many sums."""
+    """Sum every such sum slice by slice, then write the products read in slices in
+    `products`' form (see above); how many sums."""
     graph = model.graph
     sums = [n for n in graph.nodes if _candidate(n)]
-    if not sums:
+    matmul = products.recurrent_product == "matmul"
+    if not sums and not (matmul and any(_cut_product(n) for n in graph.nodes)):
         return 0
     fake = fake_mode_of(graph)
 
@@ -132,10 +137,6 @@ def split(model: GraphModule, products: ProductForm = PLAIN) -> int:
         return y
 
     for total in sums:
-        if products.recurrent_product == "matmul":
-            for operand in total.args[:2]:
-                if _one_row_product(operand):
-                    as_matmul(operand)
         rank, (a, b) = total.meta["val"].dim(), total.args[:2]
         for view in list(total.users):
             dim = _dim(view) % rank
@@ -166,6 +167,8 @@ def split(model: GraphModule, products: ProductForm = PLAIN) -> int:
                     graph.erase_node(part)
             graph.erase_node(view)
         graph.erase_node(total)
+    for product in [n for n in graph.nodes if matmul and _cut_product(n)]:
+        as_matmul(product)
     graph.lint()
     model.recompile()
     return len(sums)
