@@ -88,7 +88,12 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
         # buffer written in place must stay as loaded), each sample once, in order.
         with torch.no_grad():
             eager = copy.deepcopy(source.program).module()
-            expected = calibration.accepted(lambda x: eager(*x), inputs, calibration.TORCH_EAGER)
+            if samples is not None:  # the user's data: a sample the model fails on is named
+                expected = calibration.accepted(
+                    lambda x: eager(*x), inputs, calibration.TORCH_EAGER
+                )
+            else:
+                expected = [eager(*x) for x in inputs]
     report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
     if not report["ops"]["recurrent_layers"]:
         report["warnings"].append("no recurrent layer in the model: written unchanged")
