@@ -46,6 +46,21 @@ def with_own_tensors(gm: GraphModule) -> GraphModule:
     return gm
 
 
+def distinct(example_inputs) -> tuple:
+    """`example_inputs` with every tensor that shares storage with an earlier one cloned.
+    torch.export takes one tensor given for two inputs (`lower(m, (x, z, z))`, h0 = c0 =
+    zeros) as one input: the program would then read one value for both."""
+    seen, out = set(), []
+    for t in example_inputs:
+        if isinstance(t, torch.Tensor) and t.numel():
+            storage = t.untyped_storage().data_ptr()
+            if storage in seen:
+                t = t.clone()
+            seen.add(t.untyped_storage().data_ptr())
+        out.append(t)
+    return tuple(out)
+
+
 def eval_mode(module: torch.nn.Module) -> torch.nn.Module:
     """Eval mode; an exported program's module (from a .pt2) refuses .eval() and needs none."""
     try:

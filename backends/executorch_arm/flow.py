@@ -44,7 +44,7 @@ from . import compat
 from .compat import compile_specs, factory
 from .compat.histogram_observer import calibrate
 from .edge_io import io_mapping, target_name
-from .exported import eval_mode, module_of, with_own_tensors
+from .exported import distinct, eval_mode, module_of, with_own_tensors
 from .loop import prefetch
 from .loop.op import EDGE_NAME as LOOP_EDGE_NAME
 from .loop.op import program_of, run_graph
@@ -209,7 +209,7 @@ def lower(
     elif fields:
         options = dataclasses.replace(options, **fields)
     progress = progress or _Silent()
-    module = eval_mode(module)
+    module, example_inputs = eval_mode(module), distinct(example_inputs)
     times: dict = {}
     with _timed(times, "precision", progress, "choose the precision per region"):
         plans = precision.candidates(options, module, tuple(example_inputs))
@@ -361,7 +361,7 @@ def lower_plan(
     with compat.lowering() if plan.ours else contextlib.nullcontext():
         return _lower_plan(
             module,
-            example_inputs,
+            distinct(example_inputs),
             plan,
             artifact_dir,
             calibration_inputs,

@@ -3,6 +3,7 @@ the TOSA reference model matches fp32 torch eager."""
 
 import numpy as np
 import pytest
+import torch
 
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.examples import models
@@ -47,3 +48,26 @@ def test_exported_module_from_a_pt2(tmp_path):
     loaded = torch.export.load(tmp_path / "m.pt2").module(check_guards=False)
     result = flow.lower(loaded, (x,), "TOSA-1.0+FP", artifact_dir=tmp_path / "art")
     assert arm_numerics.check(result, loaded, (x,)).max_abs_err <= 1e-6
+
+
+class _StatefulLstm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 8, batch_first=True)
+
+    def forward(self, x, h, c):
+        y, (h_n, c_n) = self.lstm(x, (h, c))
+        return y, h_n, c_n
+
+
+def test_one_tensor_given_for_two_inputs(tmp_path):
+    """h0 = c0 = zeros as the example inputs: the program still takes h and c apart
+    (torch.export alone would make them one input, and a later h != c would read c for h)."""
+    torch.manual_seed(0)
+    module = _StatefulLstm().eval()
+    zeros = torch.zeros(1, 1, 8)
+    result = flow.lower(module, (torch.randn(1, 5, 4), zeros, zeros), "TOSA-1.0+FP", tmp_path)
+    assert result.input_map == [0, 1, 2]
+    x, h, c = torch.randn(1, 5, 4), torch.randn(1, 1, 8), torch.randn(1, 1, 8)
+    numerics = arm_numerics.check(result, module, (x, h, c))
+    assert numerics.max_abs_err <= 1e-5
