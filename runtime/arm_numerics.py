@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from torch.utils import _pytree as pytree
 
 from . import tosa_reference
 from .metrics import sqnr_db
@@ -32,13 +33,10 @@ class Numerics:
     tosa: list  # TOSA reference model outputs, dequantized (np.ndarray)
 
 
-def _flat_outputs(out) -> list:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    flat = []
-    for o in out:
-        flat.extend(_flat_outputs(o))
-    return flat
+def flat_outputs(out) -> list:
+    """A module's output tensors in torch.export's order (pytree leaves: a dict's values in
+    its keys' order, nested tuples and lists), as a lowered program returns them."""
+    return [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
 
 
 def run(result, inputs: Sequence[torch.Tensor]) -> list:
@@ -72,7 +70,7 @@ def check(result, module: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> Nu
             module = module.eval()
         except NotImplementedError:  # an exported program's module needs no eval()
             pass
-        reference = [t.detach().numpy() for t in _flat_outputs(module(*inputs))]
+        reference = [t.detach().numpy() for t in flat_outputs(module(*inputs))]
     outputs = run(result, inputs)
     if len(outputs) != len(reference):
         raise NumericsError(f"{len(outputs)} delegate outputs vs {len(reference)} eager outputs")

@@ -71,3 +71,24 @@ def test_one_tensor_given_for_two_inputs(tmp_path):
     x, h, c = torch.randn(1, 5, 4), torch.randn(1, 1, 8), torch.randn(1, 1, 8)
     numerics = arm_numerics.check(result, module, (x, h, c))
     assert numerics.max_abs_err <= 1e-5
+
+
+class _DictOutput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(4, 8, batch_first=True)
+
+    def forward(self, x):
+        y, h = self.gru(x)
+        return {"y": y, "h_n": h}
+
+
+def test_dict_output(tmp_path):
+    """A module returning a dict: checked output by output in the program's order."""
+    torch.manual_seed(0)
+    module = _DictOutput().eval()
+    result = flow.lower(module, (torch.randn(1, 6, 4),), "TOSA-1.0+FP", tmp_path)
+    x = torch.randn(1, 6, 4)
+    numerics = arm_numerics.check(result, module, (x,))
+    assert [r.shape for r in numerics.reference] == [(1, 6, 8), (1, 1, 8)]
+    assert numerics.max_abs_err <= 1e-5

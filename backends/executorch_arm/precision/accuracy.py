@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from recurrent_lowering.runtime import arm_numerics
 from recurrent_lowering.runtime.streams import fed_back, stacked
 
 from ..loop.op import run_graph
@@ -31,10 +32,8 @@ class Evaluation:
 
 
 def flat(out) -> list:
-    """A module's outputs, flat, as numpy arrays."""
-    if isinstance(out, torch.Tensor):
-        return [out.detach().numpy()]
-    return [a for o in out for a in flat(o)]
+    """A module's outputs, flat in a lowered program's order, as numpy arrays."""
+    return [o.detach().numpy() for o in arm_numerics.flat_outputs(out)]
 
 
 def outputs(run: Callable, evaluation: Evaluation, until: Callable = None) -> list:
@@ -72,7 +71,6 @@ def of_module(module, converted: bool = False, tosa_spec=None, step_of=None) -> 
 def of_lowered(result) -> Callable:
     """A lowering's (flow.LoweringResult) program on the TOSA reference model, as
     `run(inputs) -> outputs` (runtime.arm_numerics; nothing runs an Ethos-U command stream)."""
-    from recurrent_lowering.runtime import arm_numerics
 
     def run(inputs):
         return arm_numerics.run(result, [torch.as_tensor(np.asarray(a)) for a in inputs])
