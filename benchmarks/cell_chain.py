@@ -2,11 +2,10 @@
 
 `nn.GRUCell` called once per timestep, each h fed to the next call and the h's stacked, is
 the same function as `nn.GRU` over the sequence, but torch.export writes T `aten.gru_cell`
-ops, and the adapter reads each as a one-step layer of its own: every step's input product
-is a CONV2D of its own and every step's values get observers of their own, each seeing one
-timestep of the calibration samples. This lowers both forms, the same weights, calibration
-and held-out samples, and writes Vela's cycles and each held-out sample's SQNR (the TOSA
-reference model on the flatbuffer given to Vela, against torch eager).
+ops; recurrent_ops.cell_chains reads them back as the layer. This lowers both forms, the
+same weights, calibration and held-out samples, and writes Vela's cycles and each held-out
+sample's SQNR (the TOSA reference model on the flatbuffer given to Vela, against torch
+eager): where the chain is read as a layer, the two rows agree.
 
   python -m recurrent_lowering.benchmarks.cell_chain --out OUT.md [--target ethos-u55-128]
 """

@@ -1,5 +1,6 @@
 """Replace recurrent ops by what the core writes (ExportedProgram or GraphModule).
 
+A loop of cell calls is first read back as the layer it computes (recurrent_ops.cell_chains).
 Each op is read into the core's description (recurrent_ops.aten.read); `passes.emit` writes
 the math through an `FxBuilder`, and the op's outputs (and their `getitem` users) are
 rewired to the emitted values.
@@ -31,6 +32,7 @@ from recurrent_lowering.passes.spec import CellKind
 
 from ..plan import core_plan
 from ..recurrent_ops import aten as aten_ops
+from ..recurrent_ops import cell_chains
 from ..recurrent_ops.aten import ConstantOf
 from .fx_builder import PLAIN, FxBuilder, ProductForm
 from .fx_constants import ConstantSink, ModuleConstants, ProgramConstants, fake_mode_of
@@ -128,6 +130,7 @@ def decompose_recurrent(
     ]
     assert len(old_specs) == len(old_placeholders)
     state_dict, constants = dict(ep.state_dict), dict(ep.constants)
+    cell_chains.fuse(graph)
     sink = ProgramConstants(graph, fake_mode_of(graph), state_dict, constants, old_specs)
     constant_of = aten_ops.program_constants(ep, old_specs)
     replaced_args: set[Node] = set()
@@ -183,6 +186,7 @@ def decompose_graph_module(
 ) -> bool:
     """Replace the recurrent ops of a GraphModule in place (weights as get_attr); True if any."""
     graph = gm.graph
+    cell_chains.fuse(graph, allowed)
     nodes = [
         n
         for n in graph.nodes

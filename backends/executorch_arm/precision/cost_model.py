@@ -42,6 +42,7 @@ from torch.fx import Node
 from ..plan import INT8_ONLY, step_product, target_family
 from ..quantization import transposed
 from ..recurrent_ops import aten as aten_ops
+from ..recurrent_ops import cell_chains
 
 COSTS_FILE = pathlib.Path(__file__).with_name("costs.json")
 CANDIDATES = (  # (name, rest, recurrent layers), most accurate first
@@ -387,6 +388,8 @@ def choose_for(
     """Export `module` (float) and choose its precision per region for `target`
     (`steps16`: whether the steps-in-int16 candidates may be weighed)."""
     costs = load_costs(target)
-    f = features(torch.export.export(module, tuple(example_inputs)))
+    ep = torch.export.export(module, tuple(example_inputs))
+    cell_chains.fuse(ep.graph)  # the layers decompose will see
+    f = features(ep)
     steps_split = step_product(target, 8) != "matmul"  # auto's recurrent weights are 8-bit
     return choose(f, costs, budget, int8_only(f, target), steps_split, steps16)

@@ -3,11 +3,13 @@
 The quantization of a plan, in the order it runs:
 
   transform_for_annotation
+    0. a loop of cell calls read back as the layer it computes (recurrent_ops.cell_chains),
+       before any policy looks for recurrent ops;
     0a. where the target runs transposed convolutions in int8 only, those of stride 1 as
        the convolutions they are (transposed.py);
-    0. in int16, a magnitude sqrt(a*a + b*b) over three ranges (magnitude.py), from the
+    0b. in int16, a magnitude sqrt(a*a + b*b) over three ranges (magnitude.py), from the
        float values on `float_samples`;
-    0b. a sum read in slices by sigmoids or tanhs (a cell written as plain ops) summed
+    0c. a sum read in slices by sigmoids or tanhs (a cell written as plain ops) summed
        slice by slice, so Vela fuses each table with its sum, its one-row products in the
        plan's product form (sliced_sums.py);
     1. recurrent ops become the core's elementary ops (emission.decompose, the plan's core
@@ -49,6 +51,7 @@ from ..emission.decompose import decompose_graph_module
 from ..emission.origin import layer_of
 from ..loop.quantization import annotate_loops
 from ..plan import ArmPlan, quantization_config
+from ..recurrent_ops import cell_chains
 from ..recurrent_ops.aten import MODULE_TYPES
 from . import (
     clip,
@@ -79,6 +82,7 @@ class _Policies:
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         plan = self.plan
+        cell_chains.fuse(model.graph, self._allowed)
         if plan.int8_only:  # those of stride 1 are convolutions, in the region's precision
             self.as_convolutions = transposed.as_convolutions(model, plan.int8_only)
         if plan.activations == "int16":
@@ -100,11 +104,13 @@ class _Policies:
         """Step 1: recurrent ops into the core's elementary ops, but for nodes the Arm
         quantizer leaves in float; True if any."""
         return decompose_graph_module(
-            model,
-            self.plan.core(),
-            allowed=lambda n: not n.meta.get(DISALLOW_TFA_META_KEY, False),
-            products=self.plan.products,
+            model, self.plan.core(), allowed=self._allowed, products=self.plan.products
         )
+
+    @staticmethod
+    def _allowed(node) -> bool:
+        """Not a node the Arm quantizer leaves in float (those keep their op)."""
+        return not node.meta.get(DISALLOW_TFA_META_KEY, False)
 
     def annotate(self, model: GraphModule) -> GraphModule:
         plan, graph = self.plan, model.graph

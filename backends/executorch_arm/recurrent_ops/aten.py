@@ -107,7 +107,7 @@ def _arguments(node: Node) -> dict:
     return out
 
 
-def _is_zeros(n: Optional[Node], constant_of: ConstantOf) -> bool:
+def is_zeros(n: Optional[Node], constant_of: ConstantOf) -> bool:
     """True when `n` is known to be all zeros (export writes `aten.zeros` for an absent h0)."""
     if n is None:
         return True
@@ -189,8 +189,8 @@ def _sequence_problem(node: Node, constant_of: ConstantOf):
         activations=None if acts is None else (acts,) * dirs,
         proj_size=0 if w0.proj is None else int(w0.proj.shape[0]),
         seq_len=seq_len,
-        has_initial_h=not _is_zeros(h0, constant_of),
-        has_initial_c=c0 is not None and not _is_zeros(c0, constant_of),
+        has_initial_h=not is_zeros(h0, constant_of),
+        has_initial_c=c0 is not None and not is_zeros(c0, constant_of),
         want_y=0 in users,
         want_h=1 in users,
         want_c=2 in users,
@@ -221,8 +221,8 @@ def _layer_problem(node: Node, constant_of: ConstantOf):
     spec = dataclasses.replace(
         spec,
         seq_len=steps if isinstance(steps, int) else None,
-        has_initial_h=not _is_zeros(h0, constant_of),
-        has_initial_c=spec.cell is CellKind.LSTM and not _is_zeros(c0, constant_of),
+        has_initial_h=not is_zeros(h0, constant_of),
+        has_initial_c=spec.cell is CellKind.LSTM and not is_zeros(c0, constant_of),
         has_sequence_lens=lens is not None,
         want_y=0 in users,
         want_h=1 in users,
@@ -265,8 +265,8 @@ def _cell_problem(node: Node, constant_of: ConstantOf):
         layout=IOLayout(batch_first=False, y_directions_axis=False, state_batch_first=False),
         activations=None if acts is None else (acts,),
         seq_len=1,
-        has_initial_h=not _is_zeros(h0, constant_of),
-        has_initial_c=c0 is not None and not _is_zeros(c0, constant_of),
+        has_initial_h=not is_zeros(h0, constant_of),
+        has_initial_c=c0 is not None and not is_zeros(c0, constant_of),
         want_y=False,
         want_h=0 in users if cell is CellKind.LSTM else True,
         want_c=cell is CellKind.LSTM and 1 in users,

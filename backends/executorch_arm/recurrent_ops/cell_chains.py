@@ -1,0 +1,234 @@
+"""A sequence written as a loop of cell calls, read back as the layer it is.
+
+    h = zeros(B, H)                              h0 = zeros(1, B, H)
+    for t in range(T):                           y, h_n = aten.gru.input(x, h0, params, ...)
+        h = cell(x[:, t], h)            ->       h_t      = select(y, 1, t)
+        ys.append(h)                             stack(ys, 1) = y
+    stack(ys, 1)
+
+torch.export writes such a loop as T `aten.*_cell` ops. Read one by one, each is a one-step
+layer: its own input product per step (a CONV2D each on Ethos-U where the layer hoists one
+for all T steps) and its own observers, each seeing a single timestep of the calibration
+(benchmarks/cell_chain.py measures both). `fuse` rewrites every chain into the sequence op
+before the recurrent ops are read, so the rest of the adapter sees a layer.
+
+A chain: T >= 2 cell ops of one kind on the same weight nodes, step t reading
+x_t = select(X, d, t) (or unbind(X, d)[t]) of one 3-D X with d the time axis (0, or 1
+batch-first) and X.shape[d] == T, each step's state the previous step's result and nothing
+else reading an intermediate cell state. Any reader of h_t other than the next step then
+reads select(y, d, t); the last step's states are the layer's final states; a `stack` of
+all h_t along d is y. Stacked loops fuse layer by layer: a fused layer's h_t are selects of
+its y, which is what the next chain reads.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Callable, Optional
+
+import torch
+from torch.fx import Graph, Node
+from torch.utils import _pytree as pytree
+
+from ..emission.fx_constants import fake_mode_of
+from .aten import CELL_OPS, is_zeros
+
+aten = torch.ops.aten
+
+# cell op -> the sequence op computing it over time
+SEQUENCE_OF = {
+    aten.gru_cell.default: aten.gru.input,
+    aten.lstm_cell.default: aten.lstm.input,
+    aten.rnn_tanh_cell.default: aten.rnn_tanh.input,
+    aten.rnn_relu_cell.default: aten.rnn_relu.input,
+}
+assert set(SEQUENCE_OF) == set(CELL_OPS)
+
+_PROVENANCE = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+
+
+def _is_lstm(cell: Node) -> bool:
+    return cell.target is aten.lstm_cell.default
+
+
+def _weights(cell: Node) -> tuple:
+    """What identifies a cell's weights: (w_ih, w_hh, b_ih, b_hh), get_attrs by target."""
+    args = list(cell.args[2:6]) + [None] * (6 - len(cell.args))
+    return tuple(
+        ("attr", n.target) if isinstance(n, Node) and n.op == "get_attr" else n for n in args
+    )
+
+
+def _outputs(cell: Node) -> Optional[tuple]:
+    """(h, c) a cell's readers take (c None for GRU/RNN); None if an LSTM's result is read
+    other than through one getitem per state."""
+    if not _is_lstm(cell):
+        return cell, None
+    got: dict = {}
+    for u in cell.users:
+        if u.op != "call_function" or u.target is not operator.getitem or u.args[1] in got:
+            return None
+        got[u.args[1]] = u
+    return got.get(0), got.get(1)
+
+
+def _state(cell: Node) -> tuple:
+    """(h, c) a cell reads (c None for GRU/RNN)."""
+    hx = cell.args[1]
+    return (hx[0], hx[1]) if _is_lstm(cell) else (hx, None)
+
+
+def _step_input(x: Node) -> Optional[tuple]:
+    """(X, d, t) when x is time step t of a 3-D X along d in (0, 1), else None."""
+    if not isinstance(x, Node) or x.op != "call_function":
+        return None
+    if x.target is aten.select.int:
+        source, dim, t = x.args
+    elif x.target is operator.getitem and getattr(x.args[0], "target", None) is aten.unbind.int:
+        unbind = x.args[0]
+        source = unbind.args[0]
+        dim = unbind.args[1] if len(unbind.args) > 1 else unbind.kwargs.get("dim", 0)
+        t = x.args[1]
+    else:
+        return None
+    shape = source.meta["val"].shape
+    if len(shape) != 3 or not isinstance(shape[dim], int):
+        return None
+    dim, t = dim % 3, t % shape[dim]
+    return (source, dim, t) if dim in (0, 1) else None
+
+
+def _next(cell: Node, allowed) -> Optional[Node]:
+    """The one cell on the same weights that reads `cell`'s states, if exactly one does."""
+    h, c = _outputs(cell) or (None, None)
+    if h is None:
+        return None
+    readers = [
+        u
+        for u in h.users
+        if u.op == "call_function"
+        and u.target is cell.target
+        and allowed(u)
+        and _weights(u) == _weights(cell)
+        and _state(u) == (h, c)
+    ]
+    if len(readers) != 1 or (c is not None and set(c.users) != set(readers)):
+        return None
+    return readers[0]
+
+
+def _chain(first: Node, allowed) -> Optional[list[Node]]:
+    """The chain starting at `first`, if it is one that fuses."""
+    chain = [first]
+    while (n := _next(chain[-1], allowed)) is not None:
+        chain.append(n)
+    steps = [_step_input(n.args[0]) for n in chain]
+    if len(chain) < 2 or steps[0] is None:
+        return None
+    source, dim, _ = steps[0]
+    if steps != [(source, dim, t) for t in range(len(chain))]:
+        return None
+    if source.meta["val"].shape[dim] != len(chain) or _outputs(chain[-1]) is None:
+        return None
+    return chain
+
+
+def _call(graph: Graph, fake_mode, meta: dict, target, *args, **kwargs) -> Node:
+    node = graph.call_function(target, args, kwargs)
+    node.meta.update(meta)
+    fake_args, fake_kwargs = pytree.tree_map_only(Node, lambda n: n.meta["val"], (args, kwargs))
+    with fake_mode:
+        node.meta["val"] = target(*fake_args, **fake_kwargs)
+    return node
+
+
+def _stack_dim(n: Node) -> int:
+    return n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+
+
+def _fuse(graph: Graph, chain: list[Node], fake_mode) -> None:
+    """Replace `chain` by one sequence op; readers of its states read the op's results."""
+    first, lstm = chain[0], _is_lstm(chain[0])
+    x, dim, _ = _step_input(first.args[0])
+    outs = [_outputs(n) for n in chain]
+    hs = [h for h, _ in outs]
+    meta = {k: first.meta[k] for k in _PROVENANCE if k in first.meta}
+    state_shape = [1, *hs[0].meta["val"].shape]
+    weights = [w for w in first.args[2:6] if w is not None]
+    new: list[Node] = []
+
+    def call(target, *args, **kwargs) -> Node:
+        new.append(_call(graph, fake_mode, meta, target, *args, **kwargs))
+        return new[-1]
+
+    def initial(v: Node) -> Node:  # [B, H] -> [1, B, H]; zeros stay a factory (absent)
+        if is_zeros(v, lambda n: None) and all(isinstance(d, int) for d in state_shape):
+            return call(aten.zeros.default, state_shape, dtype=hs[0].meta["val"].dtype)
+        return call(aten.unsqueeze.default, v, 0)
+
+    with graph.inserting_before(first):
+        h0, c0 = _state(first)
+        hx = [initial(h0), initial(c0)] if lstm else initial(h0)
+        op = SEQUENCE_OF[first.target]
+        layer = call(op, x, hx, weights, len(weights) == 4, 1, 0.0, False, False, dim == 1)
+        y = call(operator.getitem, layer, 0)
+        states = (1, 2) if lstm else (1,)
+        finals = [call(aten.squeeze.dims, call(operator.getitem, layer, i), [0]) for i in states]
+        steps = [call(aten.select.int, y, dim, t) for t in range(len(chain))]
+    stacks = {
+        u
+        for u in hs[0].users
+        if u.op == "call_function"
+        and u.target is aten.stack.default
+        and _stack_dim(u) % 3 == dim
+        and list(u.args[0]) == hs
+    }
+    for s in stacks:
+        s.replace_all_uses_with(y)
+        graph.erase_node(s)
+    if hs[-1] is not None:  # the program's final state is the layer's (a stream's h_n)
+        hs[-1].replace_all_uses_with(finals[0], delete_user_cb=lambda u: u.op == "output")
+    for h, step in zip(hs, steps):  # the rest read y's steps (a next layer's x_t)
+        if h is not None:
+            h.replace_all_uses_with(step, delete_user_cb=lambda u: u not in chain)
+    if lstm and outs[-1][1] is not None:
+        outs[-1][1].replace_all_uses_with(finals[1])
+    read = {n.args[0] for n in chain} | {v for v in _state(first) if isinstance(v, Node)}
+    read |= {w for n in chain[1:] for w in n.args[2:6] if isinstance(w, Node)} - set(weights)
+    for n in reversed(chain):
+        for u in list(n.users):  # an LSTM's getitems, read by nothing else now
+            graph.erase_node(u)
+        graph.erase_node(n)
+    for n in reversed(new):
+        if not n.users and n is not layer:
+            graph.erase_node(n)
+    _erase_unused(graph, read)
+
+
+def _erase_unused(graph: Graph, nodes: set) -> None:
+    """The per-step inputs, zeros and duplicate get_attrs the chain read, once unread."""
+    for n in nodes:
+        if not n.users and n.op in ("call_function", "get_attr"):
+            source = n.args[0] if n.target is operator.getitem else None
+            graph.erase_node(n)
+            if isinstance(source, Node) and not source.users:
+                graph.erase_node(source)  # an unbind whose steps were all the chain's
+
+
+def fuse(graph: Graph, allowed: Callable[[Node], bool] = lambda n: True) -> int:
+    """Rewrite every chain of cell ops in `graph` (those `allowed`) into one sequence op, in
+    place; returns how many were fused."""
+    if not any(graph.find_nodes(op="call_function", target=t) for t in CELL_OPS):
+        return 0
+    fake_mode, fused = fake_mode_of(graph), 0
+    while True:
+        cells = [n for n in graph.nodes if n.op == "call_function" and n.target in CELL_OPS]
+        has_previous = {m for n in cells if allowed(n) for m in [_next(n, allowed)] if m}
+        chain = None
+        for n in cells:
+            if allowed(n) and n not in has_previous and (chain := _chain(n, allowed)):
+                break
+        if chain is None:
+            return fused
+        _fuse(graph, chain, fake_mode)
+        fused += 1

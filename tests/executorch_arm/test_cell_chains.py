@@ -1,0 +1,204 @@
+"""A Python loop of cell calls read back as the layer it computes (recurrent_ops.cell_chains),
+against torch eager: fused where it is a layer, left as cells where it is not."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from recurrent_lowering.backends.executorch_arm import flow
+from recurrent_lowering.backends.executorch_arm.emission.decompose import decompose_recurrent
+from recurrent_lowering.backends.executorch_arm.recurrent_ops import cell_chains
+from recurrent_lowering.backends.executorch_arm.recurrent_ops.aten import (
+    CELL_OPS,
+    SEQUENCE_OPS,
+    TARGET_OPS,
+)
+from recurrent_lowering.runtime import arm_numerics
+
+warnings.filterwarnings("ignore", message=".*were assigned during export.*")
+
+CELLS = {
+    "gru": lambda i, h: nn.GRUCell(i, h),
+    "lstm": lambda i, h: nn.LSTMCell(i, h),
+    "rnn_tanh": lambda i, h: nn.RNNCell(i, h),
+    "rnn_relu": lambda i, h: nn.RNNCell(i, h, nonlinearity="relu", bias=False),
+}
+
+
+class Loop(nn.Module):
+    """`cell` over x's time axis (1 if batch_first), each h stacked into y; returns y and
+    the final states. `given`: the initial states are inputs, else zeros."""
+
+    def __init__(self, cell, batch_first: bool, unbind: bool, steps=None, only_y=False):
+        super().__init__()
+        self.cell, self.batch_first, self.unbind, self.steps = cell, batch_first, unbind, steps
+        self.only_y = only_y
+
+    def forward(self, x, *state):
+        d = 1 if self.batch_first else 0
+        lstm = isinstance(self.cell, nn.LSTMCell)
+        if not state:
+            zeros = torch.zeros(x.shape[1 - d], self.cell.hidden_size)
+            state = (zeros, zeros) if lstm else (zeros,)
+        xs = x.unbind(d) if self.unbind else [x.select(d, t) for t in range(x.shape[d])]
+        ys = []
+        for x_t in xs[: self.steps]:
+            state = self.cell(x_t, state) if lstm else (self.cell(x_t, state[0]),)
+            ys.append(state[0])
+        y = torch.stack(ys, d)
+        return y if self.only_y else (y, *state)
+
+
+def _count(graph, ops) -> int:
+    return sum(1 for n in graph.nodes if n.op == "call_function" and n.target in ops)
+
+
+def _close(got, want, tol):
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=tol, rtol=tol)
+
+
+def _fused(module, inputs):
+    """(exported program with its chains fused, how many were)."""
+    ep = torch.export.export(module.eval(), inputs)
+    n = cell_chains.fuse(ep.graph)
+    ep.graph.lint()
+    ep.graph_module.recompile()
+    return ep, n
+
+
+def _check(module, inputs, layers: int, cells: int = 0):
+    """Fuses into `layers` sequence ops leaving `cells` cell ops; the fused program and its
+    decomposition both compute what eager does."""
+    with torch.no_grad():
+        want = module(*inputs)
+    ep, n = _fused(module, inputs)
+    assert n == layers
+    assert _count(ep.graph, SEQUENCE_OPS) == layers and _count(ep.graph, CELL_OPS) == cells
+    with torch.no_grad():
+        _close(ep.module()(*inputs), want, 1e-6)
+        decomposed = decompose_recurrent(ep)
+        assert _count(decomposed.graph, TARGET_OPS) == 0
+        _close(decomposed.module()(*inputs), want, 1e-5)
+
+
+@pytest.mark.parametrize("unbind", [False, True])
+@pytest.mark.parametrize("given", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("kind", sorted(CELLS))
+def test_a_loop_is_one_layer(kind, batch_first, given, unbind):
+    torch.manual_seed(0)
+    cell = CELLS[kind](3, 5)
+    x = torch.randn(2, 4, 3) if batch_first else torch.randn(4, 2, 3)
+    state = [torch.randn(2, 5) for _ in range(2 if kind == "lstm" else 1)] if given else []
+    _check(Loop(cell, batch_first, unbind), (x, *state), layers=1)
+
+
+class Stacked(nn.Module):
+    """Two LSTM cells interleaved per step, a head on every step's top h."""
+
+    def __init__(self):
+        super().__init__()
+        self.low, self.high, self.head = nn.LSTMCell(3, 4), nn.LSTMCell(4, 6), nn.Linear(6, 2)
+
+    def forward(self, x):
+        s1 = (torch.zeros(x.shape[1], 4),) * 2
+        s2 = (torch.zeros(x.shape[1], 6),) * 2
+        outs = []
+        for t in range(x.shape[0]):
+            s1 = self.low(x[t], s1)
+            s2 = self.high(s1[0], s2)
+            outs.append(self.head(s2[0]))
+        return torch.stack(outs), s1[1]
+
+
+def test_stacked_cells_are_two_layers():
+    torch.manual_seed(1)
+    _check(Stacked(), (torch.randn(5, 2, 3),), layers=2)
+
+
+class Decoder(nn.Module):
+    """Each step reads the previous step's output: no layer computes that."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell, self.out = nn.GRUCell(3, 5), nn.Linear(5, 3)
+
+    def forward(self, x):
+        h, y, ys = torch.zeros(x.shape[0], 5), x, []
+        for _ in range(4):
+            h = self.cell(y, h)
+            y = self.out(h)
+            ys.append(y)
+        return torch.stack(ys, 1)
+
+
+class EveryCellState(nn.Module):
+    """An LSTM loop that returns every step's c: a layer gives the last one only."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(3, 4)
+
+    def forward(self, x):
+        s, cs = (torch.zeros(x.shape[1], 4),) * 2, []
+        for t in range(x.shape[0]):
+            s = self.cell(x[t], s)
+            cs.append(s[1])
+        return torch.stack(cs)
+
+
+@pytest.mark.parametrize(
+    "module, inputs, cells",
+    [
+        (Decoder(), (torch.randn(2, 3),), 4),
+        (EveryCellState(), (torch.randn(3, 2, 3),), 3),
+        (Loop(nn.GRUCell(3, 5), True, False, steps=3), (torch.randn(2, 4, 3),), 3),
+    ],
+    ids=["decoder", "every_cell_state", "part_of_the_sequence"],
+)
+def test_what_is_no_layer_stays_cells(module, inputs, cells):
+    torch.manual_seed(2)
+    _check(module, inputs, layers=0, cells=cells)
+
+
+def test_lowered_loop_is_the_layers_program(tmp_path):
+    """Quantized to TOSA-1.0+INT, a GRUCell loop lowers to the program nn.GRU with the same
+    weights does: the same TOSA ops, the same accuracy on held-out samples (to 0.01 dB: the
+    two eager references differ in float rounding)."""
+    torch.manual_seed(0)
+    gru = nn.GRU(4, 8, batch_first=True)
+    cell = nn.GRUCell(4, 8)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(cell, name).copy_(getattr(gru, name + "_l0"))
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = gru
+
+        def forward(self, x):
+            return self.gru(x)[0]
+
+    forms = {"layer": Layer().eval(), "cells": Loop(cell, True, False, only_y=True).eval()}
+    samples = [(torch.randn(1, 6, 4),) for _ in range(6)]
+    calibration, held_out = samples[:4], samples[4:]
+    results = {
+        name: flow.lower(
+            m, calibration[0], "TOSA-1.0+INT", tmp_path / name, calibration_inputs=calibration
+        )
+        for name, m in forms.items()
+    }
+    assert results["cells"].tosa_op_counts == results["layer"].tosa_op_counts
+    for sample in held_out:
+        checks = {name: arm_numerics.check(r, forms[name], sample) for name, r in results.items()}
+        assert checks["cells"].sqnr_db == pytest.approx(checks["layer"].sqnr_db, abs=0.01)
+        assert checks["cells"].sqnr_db > 10  # (int8 from 4 short sequences: 12.2 dB worst)
