@@ -30,13 +30,28 @@ CELLS = {
 
 
 class Loop(nn.Module):
-    """`cell` over x's time axis (1 if batch_first), each h stacked into y; returns y and
-    the final states. `given`: the initial states are inputs, else zeros."""
+    """`cell` over x's time axis (1 if batch_first), each h gathered into y; returns y and
+    the final states (initial states: inputs if given, else zeros). `form`: how a step is
+    taken from x, and y made from the h's (stack, or cat of unsqueezed h's)."""
 
-    def __init__(self, cell, batch_first: bool, unbind: bool, steps=None, only_y=False):
+    FORMS = ("select", "unbind", "split_cat", "narrow_cat", "slice_cat")
+
+    def __init__(self, cell, batch_first: bool, form: str, steps=None, only_y=False):
         super().__init__()
-        self.cell, self.batch_first, self.unbind, self.steps = cell, batch_first, unbind, steps
+        self.cell, self.batch_first, self.form, self.steps = cell, batch_first, form, steps
         self.only_y = only_y
+
+    def _steps(self, x, d):
+        if self.form == "unbind":
+            return x.unbind(d)
+        if self.form == "split_cat":
+            return [p.squeeze(d) for p in torch.split(x, 1, dim=d)]
+        if self.form == "narrow_cat":
+            return [x.narrow(d, t, 1).squeeze(d) for t in range(x.shape[d])]
+        if self.form == "slice_cat":
+            steps = range(x.shape[d])
+            return [(x[t : t + 1] if d == 0 else x[:, t : t + 1]).squeeze(d) for t in steps]
+        return [x.select(d, t) for t in range(x.shape[d])]
 
     def forward(self, x, *state):
         d = 1 if self.batch_first else 0
@@ -44,12 +59,14 @@ class Loop(nn.Module):
         if not state:
             zeros = torch.zeros(x.shape[1 - d], self.cell.hidden_size)
             state = (zeros, zeros) if lstm else (zeros,)
-        xs = x.unbind(d) if self.unbind else [x.select(d, t) for t in range(x.shape[d])]
         ys = []
-        for x_t in xs[: self.steps]:
+        for x_t in self._steps(x, d)[: self.steps]:
             state = self.cell(x_t, state) if lstm else (self.cell(x_t, state[0]),)
             ys.append(state[0])
-        y = torch.stack(ys, d)
+        if self.form.endswith("_cat"):
+            y = torch.cat([h.unsqueeze(d) for h in ys], dim=d)
+        else:
+            y = torch.stack(ys, d)
         return y if self.only_y else (y, *state)
 
 
@@ -89,16 +106,16 @@ def _check(module, inputs, layers: int, cells: int = 0):
         _close(decomposed.module()(*inputs), want, 1e-5)
 
 
-@pytest.mark.parametrize("unbind", [False, True])
+@pytest.mark.parametrize("form", Loop.FORMS)
 @pytest.mark.parametrize("given", [False, True])
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("kind", sorted(CELLS))
-def test_a_loop_is_one_layer(kind, batch_first, given, unbind):
+def test_a_loop_is_one_layer(kind, batch_first, given, form):
     torch.manual_seed(0)
     cell = CELLS[kind](3, 5)
     x = torch.randn(2, 4, 3) if batch_first else torch.randn(4, 2, 3)
     state = [torch.randn(2, 5) for _ in range(2 if kind == "lstm" else 1)] if given else []
-    _check(Loop(cell, batch_first, unbind), (x, *state), layers=1)
+    _check(Loop(cell, batch_first, form), (x, *state), layers=1)
 
 
 class Stacked(nn.Module):
@@ -160,7 +177,7 @@ class EveryCellState(nn.Module):
     [
         (Decoder(), (torch.randn(2, 3),), 4),
         (EveryCellState(), (torch.randn(3, 2, 3),), 3),
-        (Loop(nn.GRUCell(3, 5), True, False, steps=3), (torch.randn(2, 4, 3),), 3),
+        (Loop(nn.GRUCell(3, 5), True, "select", steps=3), (torch.randn(2, 4, 3),), 3),
     ],
     ids=["decoder", "every_cell_state", "part_of_the_sequence"],
 )
@@ -188,7 +205,7 @@ def test_lowered_loop_is_the_layers_program(tmp_path):
         def forward(self, x):
             return self.gru(x)[0]
 
-    forms = {"layer": Layer().eval(), "cells": Loop(cell, True, False, only_y=True).eval()}
+    forms = {"layer": Layer().eval(), "cells": Loop(cell, True, "select", only_y=True).eval()}
     samples = [(torch.randn(1, 6, 4),) for _ in range(6)]
     calibration, held_out = samples[:4], samples[4:]
     results = {

@@ -13,12 +13,13 @@ for all T steps) and its own observers, each seeing a single timestep of the cal
 before the recurrent ops are read, so the rest of the adapter sees a layer.
 
 A chain: T >= 2 cell ops of one kind on the same weight nodes, step t reading
-x_t = select(X, d, t) (or unbind(X, d)[t]) of one 3-D X with d the time axis (0, or 1
-batch-first) and X.shape[d] == T, each step's state the previous step's result and nothing
-else reading an intermediate cell state. Any reader of h_t other than the next step then
+x_t = select(X, d, t) (or unbind(X, d)[t], or split(X, 1, d)[t], narrow(X, d, t, 1) or
+X[t:t+1] along d squeezed) of one 3-D X with d the time axis (0, or 1 batch-first) and
+X.shape[d] == T, each step's state the previous step's result and nothing else reading an
+intermediate cell state. Any reader of h_t other than the next step then
 reads select(y, d, t); the last step's states are the layer's final states; a `stack` of
-all h_t along d is y. Stacked loops fuse layer by layer: a fused layer's h_t are selects of
-its y, which is what the next chain reads.
+all h_t along d (or a `cat` of them unsqueezed at d) is y. Stacked loops fuse layer by
+layer: a fused layer's h_t are selects of its y, which is what the next chain reads.
 """
 
 from __future__ import annotations
@@ -78,17 +79,40 @@ def _state(cell: Node) -> tuple:
     return (hx[0], hx[1]) if _is_lstm(cell) else (hx, None)
 
 
+def _dim(n: Node, position: int, default: int = 0):
+    return n.args[position] if len(n.args) > position else n.kwargs.get("dim", default)
+
+
 def _step_input(x: Node) -> Optional[tuple]:
-    """(X, d, t) when x is time step t of a 3-D X along d in (0, 1), else None."""
+    """(X, d, t) when x is time step t of a 3-D X along d in (0, 1), else None: select(X, d,
+    t), unbind(X, d)[t], or X's t-th one-step piece along d squeezed (split, slice)."""
     if not isinstance(x, Node) or x.op != "call_function":
         return None
+    piece = None
     if x.target is aten.select.int:
         source, dim, t = x.args
     elif x.target is operator.getitem and getattr(x.args[0], "target", None) is aten.unbind.int:
-        unbind = x.args[0]
-        source = unbind.args[0]
-        dim = unbind.args[1] if len(unbind.args) > 1 else unbind.kwargs.get("dim", 0)
-        t = x.args[1]
+        source, dim, t = x.args[0].args[0], _dim(x.args[0], 1), x.args[1]
+    elif x.target in (aten.squeeze.dim, aten.squeeze.dims):
+        dims = x.args[1] if x.target is aten.squeeze.dim else list(x.args[1])
+        piece, dims = x.args[0], dims if isinstance(dims, list) else [dims]
+        if len(dims) != 1 or not isinstance(piece, Node):
+            return None
+        if piece.target is operator.getitem and piece.args[0].target is aten.split.Tensor:
+            split = piece.args[0]
+            if split.args[1] != 1:
+                return None
+            source, dim, t = split.args[0], _dim(split, 2), piece.args[1]
+        elif piece.target is aten.slice.Tensor and len(piece.args) in (4, 5):
+            source, dim, t, end = piece.args[:4]
+            if end != t + 1 or piece.args[4:] not in ((), (1,)):
+                return None
+        elif piece.target is aten.narrow.default and piece.args[3] == 1:
+            source, dim, t = piece.args[:3]
+        else:
+            return None
+        if not isinstance(source, Node) or dims[0] % 3 != dim % 3:
+            return None
     else:
         return None
     shape = source.meta["val"].shape
@@ -142,8 +166,17 @@ def _call(graph: Graph, fake_mode, meta: dict, target, *args, **kwargs) -> Node:
     return node
 
 
-def _stack_dim(n: Node) -> int:
-    return n.args[1] if len(n.args) > 1 else n.kwargs.get("dim", 0)
+def _gathers(n: Node, hs: list, dim: int) -> bool:
+    """Whether `n` is y: stack(hs, d), or cat of each h unsqueezed at d, along d."""
+    if n.target not in (aten.stack.default, aten.cat.default) or _dim(n, 1) % 3 != dim:
+        return False
+    if n.target is aten.stack.default:
+        return list(n.args[0]) == hs
+    parts = list(n.args[0])
+    return len(parts) == len(hs) and all(
+        p.target is aten.unsqueeze.default and p.args[0] is h and p.args[1] % 3 == dim
+        for p, h in zip(parts, hs)
+    )
 
 
 def _fuse(graph: Graph, chain: list[Node], fake_mode) -> None:
@@ -175,17 +208,14 @@ def _fuse(graph: Graph, chain: list[Node], fake_mode) -> None:
         states = (1, 2) if lstm else (1,)
         finals = [call(aten.squeeze.dims, call(operator.getitem, layer, i), [0]) for i in states]
         steps = [call(aten.select.int, y, dim, t) for t in range(len(chain))]
-    stacks = {
-        u
-        for u in hs[0].users
-        if u.op == "call_function"
-        and u.target is aten.stack.default
-        and _stack_dim(u) % 3 == dim
-        and list(u.args[0]) == hs
-    }
-    for s in stacks:
-        s.replace_all_uses_with(y)
-        graph.erase_node(s)
+    readers = {u for u in hs[0].users} | {v for u in hs[0].users for v in u.users}
+    for n in [u for u in readers if _gathers(u, hs, dim)]:
+        parts = [p for p in n.args[0] if p not in hs]  # a cat's unsqueezes
+        n.replace_all_uses_with(y)
+        graph.erase_node(n)
+        for p in parts:
+            if not p.users:
+                graph.erase_node(p)
     if hs[-1] is not None:  # the program's final state is the layer's (a stream's h_n)
         hs[-1].replace_all_uses_with(finals[0], delete_user_cb=lambda u: u.op == "output")
     for h, step in zip(hs, steps):  # the rest read y's steps (a next layer's x_t)
@@ -206,13 +236,18 @@ def _fuse(graph: Graph, chain: list[Node], fake_mode) -> None:
 
 
 def _erase_unused(graph: Graph, nodes: set) -> None:
-    """The per-step inputs, zeros and duplicate get_attrs the chain read, once unread."""
-    for n in nodes:
-        if not n.users and n.op in ("call_function", "get_attr"):
-            source = n.args[0] if n.target is operator.getitem else None
-            graph.erase_node(n)
-            if isinstance(source, Node) and not source.users:
-                graph.erase_node(source)  # an unbind whose steps were all the chain's
+    """The per-step inputs, zeros and duplicate get_attrs the chain read, and what only they
+    read (a split's pieces, the split), once nothing reads them."""
+    todo, erased = list(nodes), set()
+    while todo:
+        n = todo.pop()
+        if n in erased or n.users or n.op not in ("call_function", "get_attr"):
+            continue
+        if n.op == "call_function" and n.is_impure():
+            continue
+        todo.extend(n.all_input_nodes)
+        graph.erase_node(n)
+        erased.add(n)
 
 
 def fuse(graph: Graph, allowed: Callable[[Node], bool] = lambda n: True) -> int:
