@@ -320,17 +320,21 @@ def lower_first(
     budget, whether the next would still reach the accuracy target (precision.holds)."""
     plans, times = list(plans), {}
     args = (artifact_dir, calibration_inputs, progress, run_vela, quantized)
+    over = None  # (result, cycles) of a plan Vela measured over its budget
     for k, plan in enumerate(plans):
+        if over is not None:  # lowered beside it: it may yet be kept (precision.refit)
+            args = (pathlib.Path(over[0].artifact_dir) / f"fallback_{plan.precision.name}",)
+            args += (calibration_inputs, progress, run_vela, quantized)
         if k == len(plans) - 1:
             result = lower_plan(module, example_inputs, plan, *args)
-            result.times = {**times, **result.times}
-            return result
+            return _refit(over, result, times) if over is not None else _with(result, times)
+        over = None
         try:
             result = lower_plan(module, example_inputs, plan, *args)
         except Exception as e:  # the next plan is the answer to whatever this one hit
             why = precision.did_not_lower(plan, e)
         else:
-            measured = result.vela.summary.cycles if result.vela is not None else None
+            measured = _cycles(result)
             why = precision.misfit(plan, measured)
             if why is not None and predict is not None:
                 label = "predict the fallback's accuracy"
@@ -338,11 +342,36 @@ def lower_first(
                     plan = result.plan = precision.holds(result.plan, plans[k + 1], predict)
                 why = precision.misfit(plan, measured)
             if why is None:
-                result.times = {**times, **result.times}
-                return result
+                return _with(result, times)
+            over = (result, measured, dict(times))
             times.update({f"{key} ({plan.precision.name})": t for key, t in result.times.items()})
         plans[k + 1] = precision.fell_back(plan, plans[k + 1], why)
     raise ValueError("no plan to lower")
+
+
+def _cycles(result) -> Optional[int]:
+    return result.vela.summary.cycles if result.vela is not None else None
+
+
+def _with(result, times: dict):
+    """`result` with the times of the plans lowered before it."""
+    result.times = {**times, **result.times}
+    return result
+
+
+def _refit(over, fallback, times: dict):
+    """Of a plan measured over its budget (`over`: its result, cycles and the times before
+    it) and the fallback lowered after it, the first when the fallback measured so many
+    cycles that it fits after all (precision.refit), else the fallback."""
+    first, cycles, before = over
+    kept = precision.refit(first.plan, cycles, _cycles(fallback))
+    if kept is None:
+        return _with(fallback, times)
+    first.plan = kept
+    name = fallback.plan.precision.name
+    first.times = {**before, **first.times}
+    first.times.update({f"{k} ({name})": t for k, t in fallback.times.items()})
+    return first
 
 
 @torch.no_grad()  # a state buffer written in place would otherwise fail in to_executorch

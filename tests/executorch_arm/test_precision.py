@@ -12,7 +12,7 @@ import torch
 from recurrent_lowering.backends.executorch_arm import flow
 from recurrent_lowering.backends.executorch_arm.options import OptionError, Options
 from recurrent_lowering.backends.executorch_arm.plan import ArmPlan
-from recurrent_lowering.backends.executorch_arm.precision import candidates, judge
+from recurrent_lowering.backends.executorch_arm.precision import accuracy, candidates, judge
 from recurrent_lowering.backends.executorch_arm.precision import cost_model as precision
 from recurrent_lowering.examples.models import CRNN
 from recurrent_lowering.runtime import arm_numerics
@@ -126,6 +126,74 @@ def test_a_choice_that_overran_falls_back_to_int8():
     report = fallback.precision.report()
     assert report["regions"] == {"recurrent layers": "int8", "rest": "int8"}
     assert report["fallback"] == why
+
+
+def test_a_choice_over_its_budget_is_kept_when_int8_measures_more():
+    """The fallback's own measure decides: the first choice stays when its cycles are within
+    the budget of what int8, lowered after it, measured (precision.candidates.refit)."""
+    estimates = {"int16": 1000.0, "int16_recurrent": 1000.0, "int8": 1000.0}
+    first, _ = _auto_plans(precision.Choice("int16", "int16", "int16", estimates, budget=0.03))
+    assert candidates.refit(first, 2000, None) is None  # int8 not measured: it stands
+    assert candidates.refit(first, 2000, 1941) is None  # 2000 > 1941 * 1.03
+    kept = candidates.refit(first, 2000, 1942)
+    assert kept.precision.name == "int16" and kept.activations == "int16"
+    report = kept.precision.report()
+    assert report["int8_cycles"] == 1942 and "int16 kept" in report["refit"]
+    assert "fallback" not in report
+
+
+def test_auto_keeps_int16_that_int8_measures_slower_than(tmp_path):
+    """An LSTMCell loop, h and c given, on ethos-u55-128: int16 and int8 are estimated alike,
+    Vela measures int16 over the budget on that estimate and int8, lowered after it, slower
+    still: int16 is what flow.lower returns, its artifacts its own, and it is the more
+    accurate against torch eager on held-out samples."""
+
+    class Loop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = torch.nn.LSTMCell(8, 16)
+
+        def forward(self, x, h, c):
+            ys = []
+            for t in range(x.shape[1]):
+                h, c = self.cell(x[:, t], (h, c))
+                ys.append(h)
+            return torch.stack(ys, 1), h, c
+
+    torch.manual_seed(0)
+    model = Loop().eval()
+    g = torch.Generator().manual_seed(3)
+    samples = [
+        (torch.randn(1, 20, 8, generator=g), torch.zeros(1, 16), torch.zeros(1, 16))
+        for _ in range(12)
+    ]
+    calibration, held_out = samples[:8], samples[8:]
+    evaluation = accuracy.Evaluation(held_out)
+    result = flow.lower(
+        model,
+        calibration[0],
+        "ethos-u55-128",
+        tmp_path,
+        calibration_inputs=calibration,
+        evaluation=evaluation,
+    )
+    choice = result.precision
+    assert choice.name == "int16" and choice.fallback is None, choice.report()
+    assert choice.int8_cycles > result.vela.summary.cycles  # int8 measured slower
+    assert (tmp_path / "fallback_int8").is_dir()
+    assert all(tmp_path in f.parents and "fallback_int8" not in str(f) for f in result.tosa_files)
+    int8 = flow.lower(
+        model,
+        calibration[0],
+        "ethos-u55-128",
+        tmp_path / "int8",
+        calibration_inputs=calibration,
+        quantization="int8",
+    )
+    assert int8.vela.summary.cycles == choice.int8_cycles
+    for sample in held_out:
+        ours = arm_numerics.check(result, model, sample).sqnr_db
+        assert ours > arm_numerics.check(int8, model, sample).sqnr_db + 6
 
 
 def test_auto_plans_are_the_choice_then_int8():

@@ -438,6 +438,8 @@ def _report_lowering(options, result, report, output_names) -> None:
     if choice is not None and choice.fallback:
         again = "; lowered again in int8" if "measured" in choice.fallback else "; int8"
         report["warnings"].append(f"--quantization auto: {choice.fallback}{again}")
+    if choice is not None and choice.refit:  # lowered twice, the first kept
+        report["warnings"].append(f"--quantization auto: {choice.refit}")
     if choice is not None and choice.widened:
         again = "" if "kept" in choice.widened else f"; lowered again in {choice.name}"
         report["warnings"].append(f"--quantization auto: {choice.widened}{again}")

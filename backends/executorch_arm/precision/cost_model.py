@@ -140,6 +140,10 @@ class Choice:
     # output for each candidate lowered, and why a wider one was lowered after the first.
     measured: dict = dataclasses.field(default_factory=dict)  # name -> [dB per output]
     widened: Optional[str] = None
+    # Why a choice Vela measured over its budget stayed: int8, lowered after it, measured
+    # `int8_cycles`, more than the budget allows under it
+    refit: Optional[str] = None
+    int8_cycles: Optional[int] = None
 
     @property
     def int8_estimate(self) -> float:
@@ -174,6 +178,8 @@ class Choice:
             }
         if self.widened:
             report["widened"] = self.widened
+        if self.refit:
+            report.update(refit=self.refit, int8_cycles=self.int8_cycles)
         if self.short:
             report["short"] = self.short
         if self.int8_only:
