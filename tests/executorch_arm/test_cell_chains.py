@@ -141,6 +141,16 @@ def test_stacked_cells_are_two_layers():
     _check(Stacked(), (torch.randn(5, 2, 3),), layers=2)
 
 
+def test_reports_name_a_chain_as_one_layer():
+    ep = torch.export.export(Stacked().eval(), (torch.randn(5, 2, 3),))
+    nodes = len(ep.graph.nodes)
+    assert cell_chains.layers(ep.graph) == [
+        "low: lstm.input (5 lstm_cell calls)",
+        "high: lstm.input (5 lstm_cell calls)",
+    ]
+    assert len(ep.graph.nodes) == nodes and _count(ep.graph, CELL_OPS) == 10  # untouched
+
+
 class Decoder(nn.Module):
     """Each step reads the previous step's output: no layer computes that."""
 

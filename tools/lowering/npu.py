@@ -290,9 +290,9 @@ def _lower(source, options, staging, output, report, progress) -> None:
         module, calibrate, measure = onnx.module, onnx.calibration, onnx.evaluation
         output_names = onnx.output_names
     elif source.kind == "torch":
-        from recurrent_lowering.backends.executorch_arm.recurrent_ops import aten
+        from recurrent_lowering.backends.executorch_arm.recurrent_ops import cell_chains
 
-        report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
+        report["ops"]["recurrent_layers"] = cell_chains.layers(source.program.graph)
         module = _module(source)
         calibrate, measure = _inputs(source, options, report)
         if options.calibration:  # on a copy: a state buffer written in place stays as loaded

@@ -63,7 +63,7 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
 
     from recurrent_lowering.backends.executorch_arm.emission import decompose
     from recurrent_lowering.backends.executorch_arm.plan import core_plan
-    from recurrent_lowering.backends.executorch_arm.recurrent_ops import aten
+    from recurrent_lowering.backends.executorch_arm.recurrent_ops import cell_chains
     from recurrent_lowering.tools.lowering import calibration, numerics
 
     if source.kind != "torch":
@@ -94,7 +94,7 @@ def _lower_aten(source, options, staging, output, report, progress) -> None:
                 )
             else:
                 expected = [eager(*x) for x in inputs]
-    report["ops"]["recurrent_layers"] = aten.recurrent_layers(source.program.graph)
+    report["ops"]["recurrent_layers"] = cell_chains.layers(source.program.graph)
     if not report["ops"]["recurrent_layers"]:
         report["warnings"].append("no recurrent layer in the model: written unchanged")
     with progress.stage("decompose recurrent layers"):

@@ -32,7 +32,7 @@ from torch.fx import Graph, Node
 from torch.utils import _pytree as pytree
 
 from ..emission.fx_constants import fake_mode_of
-from .aten import CELL_OPS, is_zeros
+from .aten import CELL_OPS, TARGET_OPS, is_zeros, layer_name, recurrent_layers
 
 aten = torch.ops.aten
 
@@ -45,6 +45,7 @@ SEQUENCE_OF = {
 }
 assert set(SEQUENCE_OF) == set(CELL_OPS)
 
+_CALLS = "recurrent_lowering_cell_calls"  # on a fused op: (cell op, how many calls)
 _PROVENANCE = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom")
 
 
@@ -204,6 +205,7 @@ def _fuse(graph: Graph, chain: list[Node], fake_mode) -> None:
         hx = [initial(h0), initial(c0)] if lstm else initial(h0)
         op = SEQUENCE_OF[first.target]
         layer = call(op, x, hx, weights, len(weights) == 4, 1, 0.0, False, False, dim == 1)
+        layer.meta[_CALLS] = (first.target.__name__.split(".")[0], len(chain))
         y = call(operator.getitem, layer, 0)
         states = (1, 2) if lstm else (1,)
         finals = [call(aten.squeeze.dims, call(operator.getitem, layer, i), [0]) for i in states]
@@ -267,3 +269,20 @@ def fuse(graph: Graph, allowed: Callable[[Node], bool] = lambda n: True) -> int:
             return fused
         _fuse(graph, chain, fake_mode)
         fused += 1
+
+
+def layers(graph: Graph) -> list[str]:
+    """`aten.recurrent_layers` as the adapter reads them, for reports: a chain of cell calls
+    is one layer, 'module path: op (N cell op calls)'; `graph` is left as it is."""
+    if not any(graph.find_nodes(op="call_function", target=t) for t in CELL_OPS):
+        return recurrent_layers(graph)
+    copied = Graph()
+    copied.output(copied.graph_copy(graph, {}))
+    fuse(copied)
+    out = []
+    for n in copied.nodes:
+        if n.op == "call_function" and n.target in TARGET_OPS:
+            cells = n.meta.get(_CALLS)
+            calls = f" ({cells[1]} {cells[0]} calls)" if cells else ""
+            out.append(f"{layer_name(n)}: {n.target.__name__}{calls}")
+    return out
