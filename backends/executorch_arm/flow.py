@@ -320,11 +320,8 @@ def lower_first(
     budget, whether the next would still reach the accuracy target (precision.holds)."""
     plans, times = list(plans), {}
     args = (artifact_dir, calibration_inputs, progress, run_vela, quantized)
-    over = None  # (result, cycles) of a plan Vela measured over its budget
+    over = None  # (result, cycles, times before it) of a plan Vela measured over its budget
     for k, plan in enumerate(plans):
-        if over is not None:  # lowered beside it: it may yet be kept (precision.refit)
-            args = (pathlib.Path(over[0].artifact_dir) / f"fallback_{plan.precision.name}",)
-            args += (calibration_inputs, progress, run_vela, quantized)
         if k == len(plans) - 1:
             result = lower_plan(module, example_inputs, plan, *args)
             return _refit(over, result, times) if over is not None else _with(result, times)
@@ -343,10 +340,31 @@ def lower_first(
                 why = precision.misfit(plan, measured)
             if why is None:
                 return _with(result, times)
-            over = (result, measured, dict(times))
+            over = (_set_aside(result), measured, dict(times))  # it may yet be kept (refit)
             times.update({f"{key} ({plan.precision.name})": t for key, t in result.times.items()})
         plans[k + 1] = precision.fell_back(plan, plans[k + 1], why)
     raise ValueError("no plan to lower")
+
+
+def _set_aside(result):
+    """`result` with its TOSA files and Vela's output copied into a subdirectory
+    (`over_budget_<name>/`) of its artifact directory, which the next plan's lowering
+    clears: its figures hold while that lowering runs, and if it is kept."""
+    import shutil
+
+    home = pathlib.Path(result.artifact_dir)
+    aside = home / f"over_budget_{result.plan.precision.name}"
+    aside.mkdir(exist_ok=True)
+    tosa_files = []
+    for f in result.tosa_files:
+        tosa_files.append(aside / f.name)
+        shutil.copy2(f, tosa_files[-1])
+    vela_result = result.vela
+    if vela_result is not None and pathlib.Path(vela_result.output_dir).is_dir():
+        output = aside / pathlib.Path(vela_result.output_dir).name
+        shutil.copytree(vela_result.output_dir, output, dirs_exist_ok=True)
+        vela_result = dataclasses.replace(vela_result, output_dir=output)
+    return dataclasses.replace(result, artifact_dir=aside, tosa_files=tosa_files, vela=vela_result)
 
 
 def _cycles(result) -> Optional[int]:
