@@ -229,3 +229,17 @@ def test_lowered_loop_is_the_layers_program(tmp_path):
         checks = {name: arm_numerics.check(r, forms[name], sample) for name, r in results.items()}
         assert checks["cells"].sqnr_db == pytest.approx(checks["layer"].sqnr_db, abs=0.01)
         assert checks["cells"].sqnr_db > 10  # (int8 from 4 short sequences: 12.2 dB worst)
+
+
+def test_a_streamed_loop_keeps_its_state_quantization(tmp_path):
+    """A GRUCell loop taking h and returning the last h, quantized: read as a layer, its
+    final state is the layer's, so h_n shares h0's quantization (states.py) and fed back
+    it quantizes to the same integers."""
+    torch.manual_seed(0)
+    model = Loop(nn.GRUCell(3, 5), True, "select").eval()
+    samples = [(torch.randn(1, 6, 3), torch.randn(1, 5)) for _ in range(3)]
+    result = flow.lower(
+        model, samples[0], "TOSA-1.0+INT", tmp_path, calibration_inputs=samples, quantization="int8"
+    )
+    assert result.state_pairs == [("state_0", 1)]
+    assert result.input_quant[1] == result.output_quant[1]
