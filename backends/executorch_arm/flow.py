@@ -9,7 +9,8 @@
                                        (a miss lowers precision.candidates.widening's)
   lower_first(module, inputs, plans)   the plans in order: a plan that fails to lower, or
                                        that Vela measures over its budget, gives way to the
-                                       next (precision.candidates.misfit)
+                                       next (precision.candidates.misfit), unless the next
+                                       measures more still (precision.candidates.refit)
   lower_plan(module, inputs, plan)     one plan: torch.export -> (INT targets: PT2E
                                        quantization, calibrated on the given inputs) ->
                                        to_edge_transform_and_lower with our partitioner ->
@@ -315,9 +316,11 @@ def lower_first(
     predict=None,
 ) -> LoweringResult:
     """The first of `plans` that lowers and fits its budget (precision.candidates); the last
-    is lowered whatever it measures. A plan that gives way hands its reason to the next
-    (`result.precision.fallback`). `predict` (auto's simulation) asks, of a plan over its
-    budget, whether the next would still reach the accuracy target (precision.holds)."""
+    is lowered whatever it measures, but a plan over its budget that the last then measures
+    more cycles than the budget allows under is kept (precision.refit). A plan that gives
+    way hands its reason to the next (`result.precision.fallback`). `predict` (auto's
+    simulation) asks, of a plan over its budget, whether the next would still reach the
+    accuracy target (precision.holds)."""
     plans, times = list(plans), {}
     args = (artifact_dir, calibration_inputs, progress, run_vela, quantized)
     over = None  # (result, cycles, times before it) of a plan Vela measured over its budget
