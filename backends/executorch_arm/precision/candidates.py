@@ -12,10 +12,11 @@ cycles. `flow.lower_first` lowers the
 first that fits:
 `misfit` says why a lowered plan does not (Vela measured it over its budget by more than
 the cost model's error), `fell_back` what replaces a plan that failed to lower, and `refit`
-keeps a misfit whose int8 fallback, lowered, measured more cycles than the budget allows. The lowered
-choice is then verified: when the TOSA reference model measures an output under the target
-its simulation promised, `widening` names the one wider candidate to lower after it, and
-`settled` keeps whichever of the two measures better (a second lowering only on a miss).
+keeps a misfit whose int8 fallback, lowered, measured more cycles than the budget allows.
+The lowered choice is then verified: when the TOSA reference model measures an output under
+the target its simulation promised, `widening` names the one wider candidate to lower after
+it, and `settled` keeps whichever of the two measures better (a second lowering only on a
+miss).
 """
 
 from __future__ import annotations
