@@ -1,5 +1,6 @@
 """A Python loop of cell calls read back as the layer it computes (recurrent_ops.cell_chains),
-against torch eager: fused where it is a layer, left as cells where it is not."""
+against torch eager: fused where it is a layer (one way, both ways, stacked), left as cells
+where it is not."""
 
 from __future__ import annotations
 
@@ -149,6 +150,49 @@ def test_reports_name_a_chain_as_one_layer():
         "high: lstm.input (5 lstm_cell calls)",
     ]
     assert len(ep.graph.nodes) == nodes and _count(ep.graph, CELL_OPS) == 10  # untouched
+
+
+class BothWays(nn.Module):
+    """A forward and a backward cell loop over x, their h's concatenated per step (what a
+    bidirectional layer's y is), and both final states."""
+
+    def __init__(self, kind: str, batch_first: bool, given: bool):
+        super().__init__()
+        self.fw, self.bw = CELLS[kind](3, 5), CELLS[kind](3, 5)
+        self.d, self.given = (1 if batch_first else 0), given
+        self.lstm = kind == "lstm"
+
+    def _run(self, cell, x, times, state):
+        hs = {}
+        for t in times:
+            x_t = x.select(self.d, t)
+            state = cell(x_t, state) if self.lstm else (cell(x_t, state[0]),)
+            hs[t] = state[0]
+        return [hs[t] for t in sorted(hs)], state
+
+    def forward(self, x, *given):
+        steps = range(x.shape[self.d])
+        zeros = torch.zeros(x.shape[1 - self.d], 5)
+        n = 2 if self.lstm else 1
+        start = [given[:n], given[n:]] if self.given else [(zeros,) * n] * 2
+        fs, f_state = self._run(self.fw, x, steps, start[0])
+        bs, b_state = self._run(self.bw, x, reversed(steps), start[1])
+        y = torch.cat([torch.stack(fs, self.d), torch.stack(bs, self.d)], -1)
+        return y, *f_state, *b_state
+
+
+@pytest.mark.parametrize("given", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_a_loop_each_way_is_one_bidirectional_layer(kind, batch_first, given):
+    torch.manual_seed(3)
+    x = torch.randn(2, 4, 3) if batch_first else torch.randn(4, 2, 3)
+    states = [torch.randn(2, 5) for _ in range(4 if kind == "lstm" else 2)] if given else []
+    module = BothWays(kind, batch_first, given)
+    _check(module, (x, *states), layers=1)
+    ep, _ = _fused(module, (x, *states))
+    (layer,) = [n for n in ep.graph.nodes if n.target in SEQUENCE_OPS]
+    assert layer.args[7] is True  # bidirectional
 
 
 class Decoder(nn.Module):

@@ -19,7 +19,10 @@ X.shape[d] == T, each step's state the previous step's result and nothing else r
 intermediate cell state. Any reader of h_t other than the next step then
 reads select(y, d, t); the last step's states are the layer's final states; a `stack` of
 all h_t along d (or a `cat` of them unsqueezed at d) is y. Stacked loops fuse layer by
-layer: a fused layer's h_t are selects of its y, which is what the next chain reads.
+layer: a fused layer's h_t are selects of its y, which is what the next chain reads. A
+second chain over the same X backward (t = T-1 .. 0), of the same cell kind and size on its
+own weights, makes the layer bidirectional: each direction's h_t is its half of y at t, and
+the two halves concatenated along the features are y.
 """
 
 from __future__ import annotations
@@ -142,8 +145,9 @@ def _next(cell: Node, allowed) -> Optional[Node]:
     return readers[0]
 
 
-def _chain(first: Node, allowed) -> Optional[list[Node]]:
-    """The chain starting at `first`, if it is one that fuses."""
+def _chain(first: Node, allowed, backward: bool = False) -> Optional[list[Node]]:
+    """The chain starting at `first`, if it is one that fuses: over X's steps in order, or
+    (`backward`) from the last to the first."""
     chain = [first]
     while (n := _next(chain[-1], allowed)) is not None:
         chain.append(n)
@@ -151,11 +155,29 @@ def _chain(first: Node, allowed) -> Optional[list[Node]]:
     if len(chain) < 2 or steps[0] is None:
         return None
     source, dim, _ = steps[0]
-    if steps != [(source, dim, t) for t in range(len(chain))]:
+    times = range(len(chain))
+    if steps != [(source, dim, len(chain) - 1 - t if backward else t) for t in times]:
         return None
     if source.meta["val"].shape[dim] != len(chain) or _outputs(chain[-1]) is None:
         return None
     return chain
+
+
+def _backward_of(forward: list[Node], heads: list[Node], allowed) -> Optional[list[Node]]:
+    """A chain over the same X backward, of the same cell kind and size on other weights,
+    that makes `forward` a bidirectional layer; None if there is none."""
+    x, dim, _ = _step_input(forward[0].args[0])
+    for head in heads:
+        if head.target is not forward[0].target or head in forward:
+            continue
+        chain = _chain(head, allowed, backward=True)
+        if chain is None or _step_input(head.args[0])[:2] != (x, dim):
+            continue
+        shapes = [tuple(n.meta["val"].shape) for n in (forward[0].args[3], head.args[3])]
+        biases = [[w is None for w in (n.args[4:6] + (None, None))[:2]] for n in (forward[0], head)]
+        if shapes[0] == shapes[1] and biases[0] == biases[1]:
+            return chain
+    return None
 
 
 def _call(graph: Graph, fake_mode, meta: dict, target, *args, **kwargs) -> Node:
@@ -180,57 +202,90 @@ def _gathers(n: Node, hs: list, dim: int) -> bool:
     )
 
 
-def _fuse(graph: Graph, chain: list[Node], fake_mode) -> None:
-    """Replace `chain` by one sequence op; readers of its states read the op's results."""
-    first, lstm = chain[0], _is_lstm(chain[0])
+def _fuse(graph: Graph, chains: list, fake_mode) -> None:
+    """Replace `chains` (a forward chain, and a backward one over the same X for a
+    bidirectional layer) by one sequence op; readers of their states read its results."""
+    first, lstm, dirs = chains[0][0], _is_lstm(chains[0][0]), len(chains)
     x, dim, _ = _step_input(first.args[0])
-    outs = [_outputs(n) for n in chain]
-    hs = [h for h, _ in outs]
+    outs = [[_outputs(n) for n in chain] for chain in chains]
+    # h of direction j at each time step (a backward chain's first step is the last time)
+    hs = [[h for h, _ in o] for o in outs]
+    hs = [hs[0]] + [h[::-1] for h in hs[1:]]
     meta = {k: first.meta[k] for k in _PROVENANCE if k in first.meta}
-    state_shape = [1, *hs[0].meta["val"].shape]
-    weights = [w for w in first.args[2:6] if w is not None]
+    h_val = hs[0][0].meta["val"]
+    hidden = int(h_val.shape[-1])
+    weights = [w for chain in chains for w in chain[0].args[2:6] if w is not None]
     new: list[Node] = []
 
     def call(target, *args, **kwargs) -> Node:
         new.append(_call(graph, fake_mode, meta, target, *args, **kwargs))
         return new[-1]
 
-    def initial(v: Node) -> Node:  # [B, H] -> [1, B, H]; zeros stay a factory (absent)
-        if is_zeros(v, lambda n: None) and all(isinstance(d, int) for d in state_shape):
-            return call(aten.zeros.default, state_shape, dtype=hs[0].meta["val"].dtype)
-        return call(aten.unsqueeze.default, v, 0)
+    def initial(k: int) -> Node:  # [dirs, B, H]; all zeros stay a factory (absent)
+        given = [_state(chain[0])[k] for chain in chains]
+        shape = [dirs, *h_val.shape]
+        if all(is_zeros(v, lambda n: None) for v in given) and all(
+            isinstance(d, int) for d in shape
+        ):
+            return call(aten.zeros.default, shape, dtype=h_val.dtype)
+        parts = [call(aten.zeros_like.default, hs[0][0]) if v is None else v for v in given]
+        parts = [call(aten.unsqueeze.default, v, 0) for v in parts]
+        return parts[0] if dirs == 1 else call(aten.cat.default, parts, 0)
 
     with graph.inserting_before(first):
-        h0, c0 = _state(first)
-        hx = [initial(h0), initial(c0)] if lstm else initial(h0)
+        hx = [initial(0), initial(1)] if lstm else initial(0)
         op = SEQUENCE_OF[first.target]
-        layer = call(op, x, hx, weights, len(weights) == 4, 1, 0.0, False, False, dim == 1)
-        layer.meta[_CALLS] = (first.target.__name__.split(".")[0], len(chain))
+        biased = len(weights) == 4 * dirs
+        layer = call(op, x, hx, weights, biased, 1, 0.0, False, dirs == 2, dim == 1)
+        layer.meta[_CALLS] = (first.target.__name__.split(".")[0], sum(map(len, chains)))
         y = call(operator.getitem, layer, 0)
+        parts = (
+            [y]
+            if dirs == 1
+            else [call(aten.slice.Tensor, y, 2, j * hidden, (j + 1) * hidden) for j in range(dirs)]
+        )
         states = (1, 2) if lstm else (1,)
-        finals = [call(aten.squeeze.dims, call(operator.getitem, layer, i), [0]) for i in states]
-        steps = [call(aten.select.int, y, dim, t) for t in range(len(chain))]
-    readers = {u for u in hs[0].users} | {v for u in hs[0].users for v in u.users}
-    for n in [u for u in readers if _gathers(u, hs, dim)]:
-        parts = [p for p in n.args[0] if p not in hs]  # a cat's unsqueezes
-        n.replace_all_uses_with(y)
-        graph.erase_node(n)
-        for p in parts:
-            if not p.users:
-                graph.erase_node(p)
-    if hs[-1] is not None:  # the program's final state is the layer's (a stream's h_n)
-        hs[-1].replace_all_uses_with(finals[0], delete_user_cb=lambda u: u.op == "output")
-    for h, step in zip(hs, steps):  # the rest read y's steps (a next layer's x_t)
-        if h is not None:
-            h.replace_all_uses_with(step, delete_user_cb=lambda u: u not in chain)
-    if lstm and outs[-1][1] is not None:
-        outs[-1][1].replace_all_uses_with(finals[1])
-    read = {n.args[0] for n in chain} | {v for v in _state(first) if isinstance(v, Node)}
-    read |= {w for n in chain[1:] for w in n.args[2:6] if isinstance(w, Node)} - set(weights)
-    for n in reversed(chain):
-        for u in list(n.users):  # an LSTM's getitems, read by nothing else now
-            graph.erase_node(u)
-        graph.erase_node(n)
+        finals = []  # [state][direction]
+        for i in states:
+            final = call(operator.getitem, layer, i)
+            if dirs == 1:
+                finals.append([call(aten.squeeze.dims, final, [0])])
+            else:
+                finals.append([call(aten.select.int, final, 0, j) for j in range(dirs)])
+        steps = [[call(aten.select.int, p, dim, t) for t in range(len(chains[0]))] for p in parts]
+    for j in range(dirs):
+        readers = {u for u in hs[j][0].users} | {v for u in hs[j][0].users for v in u.users}
+        for n in [u for u in readers if _gathers(u, hs[j], dim)]:
+            pieces = [p for p in n.args[0] if p not in hs[j]]  # a cat's unsqueezes
+            n.replace_all_uses_with(parts[j])
+            graph.erase_node(n)
+            for p in pieces:
+                if not p.users:
+                    graph.erase_node(p)
+    if dirs == 2:  # y as its two directions concatenated
+        for n in list(parts[0].users):
+            if n.target is aten.cat.default and list(n.args[0]) == parts and _dim(n, 1) % 3 == 2:
+                n.replace_all_uses_with(y)
+                graph.erase_node(n)
+    cells = {n for chain in chains for n in chain}
+    for j, o in enumerate(outs):
+        last_h, last_c = o[-1]
+        if last_h is not None:  # the program's final state is the layer's (a stream's h_n)
+            last_h.replace_all_uses_with(finals[0][j], delete_user_cb=lambda u: u.op == "output")
+        if lstm and last_c is not None:
+            last_c.replace_all_uses_with(finals[1][j])
+    for j in range(dirs):  # the rest read y's steps (a next layer's x_t)
+        for h, step in zip(hs[j], steps[j]):
+            if h is not None:
+                h.replace_all_uses_with(step, delete_user_cb=lambda u: u not in cells)
+    read = {n.args[0] for n in cells}
+    read |= {v for chain in chains for v in _state(chain[0]) if isinstance(v, Node)}
+    read |= {w for n in cells for w in n.args[2:6] if isinstance(w, Node)} - set(weights)
+    for chain in chains:
+        for n in reversed(chain):
+            for u in list(n.users):  # an LSTM's getitems, read by nothing else now
+                graph.erase_node(u)
+            graph.erase_node(n)
     for n in reversed(new):
         if not n.users and n is not layer:
             graph.erase_node(n)
@@ -261,13 +316,12 @@ def fuse(graph: Graph, allowed: Callable[[Node], bool] = lambda n: True) -> int:
     while True:
         cells = [n for n in graph.nodes if n.op == "call_function" and n.target in CELL_OPS]
         has_previous = {m for n in cells if allowed(n) for m in [_next(n, allowed)] if m}
-        chain = None
-        for n in cells:
-            if allowed(n) and n not in has_previous and (chain := _chain(n, allowed)):
-                break
+        heads = [n for n in cells if allowed(n) and n not in has_previous]
+        chain = next((c for n in heads if (c := _chain(n, allowed))), None)
         if chain is None:
             return fused
-        _fuse(graph, chain, fake_mode)
+        backward = _backward_of(chain, heads, allowed)
+        _fuse(graph, [chain] if backward is None else [chain, backward], fake_mode)
         fused += 1
 
 
