@@ -150,10 +150,11 @@ def _activations(quant: dict) -> str:
     if "fallback" in auto:
         return f"auto: int8 ({auto['fallback']})"
     regions = ", ".join(f"{region} {bits}" for region, bits in auto["regions"].items())
-    int8 = auto.get("int8_cycles_estimate")
-    text = f"auto: {regions}" + (f" (int8: ~{int8:,} cycles)" if int8 else "")
-    if auto.get("int8_cycles"):  # int8 was lowered too (auto's refit)
-        text = f"auto: {regions} (int8: {auto['int8_cycles']:,} cycles measured)"
+    int8, estimate = auto.get("int8_cycles"), auto.get("int8_cycles_estimate")
+    if int8:  # int8 was lowered too (auto's refit)
+        text = f"auto: {regions} (int8: {int8:,} cycles measured)"
+    else:
+        text = f"auto: {regions}" + (f" (int8: ~{estimate:,} cycles)" if estimate else "")
     predicted = auto.get("predicted_sqnr_db", {}).get(auto["choice"])
     if predicted:
         text += f", predicted worst output {min(predicted):.1f} dB (target {auto['min_sqnr']:g})"

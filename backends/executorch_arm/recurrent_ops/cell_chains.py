@@ -34,6 +34,7 @@ import torch
 from torch.fx import Graph, Node
 from torch.utils import _pytree as pytree
 
+from ..emission.fx_builder import PROVENANCE_KEYS
 from ..emission.fx_constants import fake_mode_of
 from .aten import CELL_OPS, TARGET_OPS, is_zeros, layer_name, recurrent_layers
 
@@ -49,7 +50,10 @@ SEQUENCE_OF = {
 assert set(SEQUENCE_OF) == set(CELL_OPS)
 
 _CALLS = "recurrent_lowering_cell_calls"  # on a fused op: (cell op, how many calls)
-_PROVENANCE = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "custom")
+
+
+def _has_cells(graph: Graph) -> bool:
+    return any(graph.find_nodes(op="call_function", target=t) for t in CELL_OPS)
 
 
 def _is_lstm(cell: Node) -> bool:
@@ -92,7 +96,6 @@ def _step_input(x: Node) -> Optional[tuple]:
     t), unbind(X, d)[t], or X's t-th one-step piece along d squeezed (split, slice)."""
     if not isinstance(x, Node) or x.op != "call_function":
         return None
-    piece = None
     if x.target is aten.select.int:
         source, dim, t = x.args
     elif x.target is operator.getitem and getattr(x.args[0], "target", None) is aten.unbind.int:
@@ -211,7 +214,7 @@ def _fuse(graph: Graph, chains: list, fake_mode) -> None:
     # h of direction j at each time step (a backward chain's first step is the last time)
     hs = [[h for h, _ in o] for o in outs]
     hs = [hs[0]] + [h[::-1] for h in hs[1:]]
-    meta = {k: first.meta[k] for k in _PROVENANCE if k in first.meta}
+    meta = {k: first.meta[k] for k in PROVENANCE_KEYS if k in first.meta}
     h_val = hs[0][0].meta["val"]
     hidden = int(h_val.shape[-1])
     weights = [w for chain in chains for w in chain[0].args[2:6] if w is not None]
@@ -310,7 +313,7 @@ def _erase_unused(graph: Graph, nodes: set) -> None:
 def fuse(graph: Graph, allowed: Callable[[Node], bool] = lambda n: True) -> int:
     """Rewrite every chain of cell ops in `graph` (those `allowed`) into one sequence op, in
     place; returns how many were fused."""
-    if not any(graph.find_nodes(op="call_function", target=t) for t in CELL_OPS):
+    if not _has_cells(graph):
         return 0
     fake_mode, fused = fake_mode_of(graph), 0
     while True:
@@ -328,7 +331,7 @@ def fuse(graph: Graph, allowed: Callable[[Node], bool] = lambda n: True) -> int:
 def layers(graph: Graph) -> list[str]:
     """`aten.recurrent_layers` as the adapter reads them, for reports: a chain of cell calls
     is one layer, 'module path: op (N cell op calls)'; `graph` is left as it is."""
-    if not any(graph.find_nodes(op="call_function", target=t) for t in CELL_OPS):
+    if not _has_cells(graph):
         return recurrent_layers(graph)
     copied = Graph()
     copied.output(copied.graph_copy(graph, {}))
